@@ -25,7 +25,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { output_bytes: 1024 * 1024, artifact_bytes: 8 * 1024 * 1024 }
+        Limits {
+            output_bytes: 1024 * 1024,
+            artifact_bytes: 8 * 1024 * 1024,
+        }
     }
 }
 
@@ -102,14 +105,24 @@ impl Runner {
     }
 
     /// Runs a snippet with node. On the deadline: `timed_out`, exit code 124.
-    pub async fn javascript(&self, js: &pb::JavaScriptRun, timeout: Duration, env: &RunEnv) -> Result<pb::JavaScriptResult, RunnerError> {
+    pub async fn javascript(
+        &self,
+        js: &pb::JavaScriptRun,
+        timeout: Duration,
+        env: &RunEnv,
+    ) -> Result<pb::JavaScriptResult, RunnerError> {
         let _ = (js, timeout, env);
         unimplemented!("plimsoll-runner: javascript")
     }
 
     /// Writes the files, runs the steps with `sh -c` in order (stopping at the first
     /// non-zero exit), collects the artifacts. Bad paths give `setup_failed`.
-    pub async fn project(&self, p: &pb::ProjectRun, timeout: Duration, env: &RunEnv) -> Result<pb::ProjectResult, RunnerError> {
+    pub async fn project(
+        &self,
+        p: &pb::ProjectRun,
+        timeout: Duration,
+        env: &RunEnv,
+    ) -> Result<pb::ProjectResult, RunnerError> {
         let _ = (p, timeout, env);
         unimplemented!("plimsoll-runner: project")
     }
