@@ -11,11 +11,13 @@ pub mod proto {
         pub mod v1 {
             include!(concat!(env!("OUT_DIR"), "/plimsoll.v1.rs"));
             include!(concat!(env!("OUT_DIR"), "/plimsoll.v1.serde.rs"));
+            include!(concat!(env!("OUT_DIR"), "/server/plimsoll.v1.rs"));
         }
         pub mod sandboxd {
             pub mod v1 {
                 include!(concat!(env!("OUT_DIR"), "/plimsoll.sandboxd.v1.rs"));
                 include!(concat!(env!("OUT_DIR"), "/plimsoll.sandboxd.v1.serde.rs"));
+                include!(concat!(env!("OUT_DIR"), "/server/plimsoll.sandboxd.v1.rs"));
             }
         }
     }
@@ -34,6 +36,7 @@ pub use proto::plimsoll::sandboxd::v1 as sandboxd_pb;
 pub use proto::plimsoll::v1 as pb;
 
 pub mod check;
+pub mod codec;
 pub mod digest;
 pub mod refusal;
 pub mod tier;
