@@ -7,11 +7,82 @@
 //! plimsoll-sandboxd calls it inside containers and pods. It must never read the wall clock
 //! for a duration, never inherit the caller's environment, and never follow a path out of
 //! the working directory.
+//!
+//! # Choices where the specification is silent
+//!
+//! - **Working directory.** `root_dir/run-<32 hex>` (mode 0700), with `.tmp` inside it as
+//!   `TMPDIR`. It is removed at the end of every run, also when the run's future is dropped
+//!   (the drop kills the run's processes and removes the directory synchronously). A
+//!   directory a program made unreadable is made writable again and removed.
+//! - **Deadline.** One [`tokio::time::Instant`] for the whole run; a `timeout` of zero means
+//!   [`RunnerConfig::default_timeout`]. A step that would start after the deadline is not
+//!   started (and not listed); the outcome is `timed_out`. Output is still read for a
+//!   bounded grace ([`OUTPUT_GRACE`], 100 ms) after a program's main process ended or was
+//!   killed, because a background child may hold the pipes open; then the pipes are closed.
+//! - **Exit codes.** A program killed by a signal (not by the runner's deadline) reports
+//!   128 + the signal number, as shells do; the deadline reports [`TIMEOUT_EXIT_CODE`] (124).
+//! - **Output caps.** [`Limits::output_bytes`] bytes are kept per stream per program (a
+//!   project's steps each get their own cap); past it the stream is read and dropped.
+//! - **Killing.** Every program starts in its own process group and carries
+//!   `PLIMSOLL_RUN_TAG=<random hex>` ([`RUN_TAG_VAR`]). At the deadline the program's group
+//!   is killed (its leader not yet reaped, so the group id cannot have been reused), then the
+//!   run is swept: `/proc` is scanned for every live process carrying the tag or whose
+//!   working directory lies inside the run's directory; each is killed, with each of the
+//!   run's process groups that still holds one; the scan repeats until it finds none
+//!   (bounded: 200 rounds, 5 ms apart). Background children of a step that exited live on
+//!   until the steps are over; the sweep then runs **before** the artifacts are read, so no
+//!   program of the run can swap a path while it is read, and once more at the very end.
+//! - **Environment.** Programs get exactly `PATH` ([`FIXED_PATH`]), `HOME` (the working
+//!   directory), `TMPDIR`, `LANG=C.UTF-8`, the run tag, then the [`RunEnv`] extras. See
+//!   [`RunEnv::new`] for what is refused.
+//! - **Files.** All paths are checked (`check_relative_path`) before any is written; a parent
+//!   component or the file itself that is a symlink is refused, and the final open uses
+//!   `O_NOFOLLOW`. A file path that cannot be written (for example `a` and `a/b` both as
+//!   files) is `setup_failed` naming it.
+//! - **Artifacts.** Read in the order asked. Each is opened, then judged by what was opened
+//!   (`/proc/self/fd`): it must lie inside the working directory, be a regular file, and have
+//!   one hard link (a second link could name a file outside). A symlink to a file inside the
+//!   working directory is followed. A missing artifact is skipped, unless a symlink on its
+//!   way points outside (a refusal). Any refusal gives `setup_failed` naming the path, keeps
+//!   the steps' results and returns no artifacts. An artifact that does not fit in what is
+//!   left of [`Limits::artifact_bytes`] is dropped (later smaller ones may still fit) and
+//!   `artifacts_truncated` is set.
+//! - **Spawn failures.** If the first program cannot be started the run returns
+//!   [`RunnerError::Spawn`] (nothing ran). If a later step cannot be started (for example a
+//!   step's background children exhausted the process limit), the earlier results are kept
+//!   and the outcome is `setup_failed` naming the step.
+//!
+//! # Known gaps (process tier)
+//!
+//! A program that leaves its process group, removes the tag from its environment *and*
+//! leaves the working directory (`cd / && setsid env -i sleep 1000 &`) escapes the sweep.
+//! The process tier is no wall; the container tiers bound such a program with their PID
+//! namespace and cgroup.
+
+mod env;
+mod exec;
+mod scope;
+mod tree;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use plimsoll_core::pb;
+use tokio::time::Instant;
+
+pub use env::{FIXED_PATH, REFUSED_NAMES, REFUSED_PREFIXES};
+pub use exec::{OUTPUT_GRACE, TIMEOUT_EXIT_CODE};
+pub use scope::TMP_DIR_NAME;
+pub use tree::{processes_with_tag, RUN_TAG_VAR};
+
+use exec::Program;
+use scope::RunScope;
+
+/// `outcome_detail` of a project stopped by the deadline.
+pub const TIMED_OUT_DETAIL: &str = "run exceeded the time budget";
+
+/// The deadline of each `prove_languages` probe.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Per-run output limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +121,9 @@ pub struct RunEnv(Vec<(String, String)>);
 
 /// An environment variable the runner refuses to pass to a program.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("environment variable {name} would choose what a program loads or runs; it is refused")]
+#[error(
+    "environment variable {name:?} is refused: it is malformed, fixed by the runner, or would choose what a program loads or runs"
+)]
 pub struct EnvRefused {
     /// The refused name.
     pub name: String,
@@ -59,9 +132,27 @@ pub struct EnvRefused {
 impl RunEnv {
     /// Checks every name; refuses `PATH`, `LD_*`, `NODE_OPTIONS`, `PYTHONPATH`, `BASH_ENV`,
     /// `ENV` and the rest of that family.
+    ///
+    /// Names are compared after ASCII upper-casing. Refused:
+    /// - names the runner fixes itself: `PATH`, `HOME`, `TMPDIR`, `LANG`, `PLIMSOLL_RUN_TAG`;
+    /// - every name starting with `LD_`, `DYLD_`, `PYTHON` (`PYTHONPATH`, `PYTHONSTARTUP`,
+    ///   `PYTHONHOME`, `PYTHONBREAKPOINT`, `PYTHONWARNINGS`, and also harmless ones such as
+    ///   `PYTHONUNBUFFERED`: the family is refused whole), `PERL` (`PERL5LIB`, `PERL5OPT`),
+    ///   `RUBY` (`RUBYOPT`, `RUBYLIB`), `BASH_FUNC_`, `NPM_CONFIG_`, `GIT_CONFIG`;
+    /// - `NODE_OPTIONS`, `NODE_PATH`, `NODE_EXTRA_CA_CERTS`, `NODE_REPL_EXTERNAL_MODULE`,
+    ///   `NODE_ICU_DATA`; `BASH_ENV`, `ENV`, `SHELLOPTS`, `BASHOPTS`, `PS4`, `IFS`, `CDPATH`,
+    ///   `PROMPT_COMMAND`, `GLOBIGNORE`; `GCONV_PATH`, `LOCPATH`, `NLSPATH`, `HOSTALIASES`,
+    ///   `GETCONF_DIR`; `GEM_HOME`, `GEM_PATH`, `BUNDLE_GEMFILE`; `JAVA_TOOL_OPTIONS`,
+    ///   `_JAVA_OPTIONS`, `JDK_JAVA_OPTIONS`, `CLASSPATH`; `OPENSSL_CONF`, `OPENSSL_ENGINES`,
+    ///   `OPENSSL_MODULES`; `EDITOR`, `VISUAL`, `PAGER`, `SHELL`, `SSH_ASKPASS`,
+    ///   `GIT_EXEC_PATH`, `GIT_SSH`, `GIT_SSH_COMMAND`, `GIT_ASKPASS`, `GIT_EDITOR`,
+    ///   `GIT_PAGER`, `GIT_PROXY_COMMAND`, `GIT_EXTERNAL_DIFF`, `GIT_TEMPLATE_DIR`
+    ///   ([`REFUSED_NAMES`], [`REFUSED_PREFIXES`]);
+    /// - a name that is empty or holds `=` or NUL, and a value that holds NUL.
+    ///
+    /// The first refused variable is named in the error.
     pub fn new(vars: Vec<(String, String)>) -> Result<RunEnv, EnvRefused> {
-        let _ = vars;
-        unimplemented!("plimsoll-runner: RunEnv::new")
+        RunEnv::checked(vars)
     }
     /// The variables, in order.
     pub fn vars(&self) -> &[(String, String)] {
@@ -85,23 +176,50 @@ pub enum RunnerError {
         #[source]
         source: std::io::Error,
     },
+    /// The runner lost track of a program it started (waiting for it failed); the program
+    /// may have run, and has been killed.
+    #[error("could not wait for {program}: {source}")]
+    Wait {
+        /// The program.
+        program: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Executes payloads. Cheap to share (`Arc`) across concurrent runs.
 #[derive(Debug)]
 pub struct Runner {
     cfg: RunnerConfig,
+    /// `cfg.root_dir`, canonical, so paths the kernel reports compare equal.
+    root: PathBuf,
 }
 
 impl Runner {
     /// Creates the root directory if needed.
     pub fn new(cfg: RunnerConfig) -> Result<Runner, RunnerError> {
-        Ok(Runner { cfg })
+        std::fs::create_dir_all(&cfg.root_dir).map_err(RunnerError::Setup)?;
+        let root = std::fs::canonicalize(&cfg.root_dir).map_err(RunnerError::Setup)?;
+        Ok(Runner { cfg, root })
     }
 
     /// The configuration.
     pub fn config(&self) -> &RunnerConfig {
         &self.cfg
+    }
+
+    fn deadline(&self, timeout: Duration) -> Instant {
+        let t = if timeout.is_zero() {
+            self.cfg.default_timeout
+        } else {
+            timeout
+        };
+        Instant::now() + t
+    }
+
+    fn scope(&self) -> Result<RunScope, RunnerError> {
+        RunScope::create(&self.root).map_err(RunnerError::Setup)
     }
 
     /// Runs a snippet with node. On the deadline: `timed_out`, exit code 124.
@@ -111,8 +229,32 @@ impl Runner {
         timeout: Duration,
         env: &RunEnv,
     ) -> Result<pb::JavaScriptResult, RunnerError> {
-        let _ = (js, timeout, env);
-        unimplemented!("plimsoll-runner: javascript")
+        let deadline = self.deadline(timeout);
+        let scope = self.scope()?;
+        tracing::debug!(tag = scope.tag(), "javascript run starts");
+        let ran = exec::run(
+            &scope,
+            Program {
+                path: "node",
+                args: &["-"],
+                stdin: Some(js.code.as_bytes().to_vec()),
+            },
+            deadline,
+            self.cfg.limits.output_bytes,
+            env,
+        )
+        .await;
+        scope.end().await;
+        let ran = ran?;
+        Ok(pb::JavaScriptResult {
+            stdout: ran.stdout,
+            stderr: ran.stderr,
+            exit_code: ran.exit_code,
+            timed_out: ran.timed_out,
+            stdout_truncated: ran.stdout_truncated,
+            stderr_truncated: ran.stderr_truncated,
+            advice: Vec::new(),
+        })
     }
 
     /// Writes the files, runs the steps with `sh -c` in order (stopping at the first
@@ -123,13 +265,142 @@ impl Runner {
         timeout: Duration,
         env: &RunEnv,
     ) -> Result<pb::ProjectResult, RunnerError> {
-        let _ = (p, timeout, env);
-        unimplemented!("plimsoll-runner: project")
+        let deadline = self.deadline(timeout);
+        let scope = self.scope()?;
+        tracing::debug!(
+            tag = scope.tag(),
+            steps = p.steps.len(),
+            "project run starts"
+        );
+        let mut result = pb::ProjectResult {
+            outcome: pb::ProjectOutcome::Completed as i32,
+            ..Default::default()
+        };
+        if let Err(detail) = scope.write_files(&p.files) {
+            scope.end().await;
+            result.outcome = pb::ProjectOutcome::SetupFailed as i32;
+            result.outcome_detail = detail;
+            return Ok(result);
+        }
+        for (i, step) in p.steps.iter().enumerate() {
+            if Instant::now() >= deadline {
+                result.outcome = pb::ProjectOutcome::TimedOut as i32;
+                result.outcome_detail = TIMED_OUT_DETAIL.to_owned();
+                break;
+            }
+            let ran = exec::run(
+                &scope,
+                Program {
+                    path: "sh",
+                    args: &["-c", step],
+                    stdin: None,
+                },
+                deadline,
+                self.cfg.limits.output_bytes,
+                env,
+            )
+            .await;
+            let ran = match ran {
+                Ok(r) => r,
+                Err(e) if i == 0 && matches!(e, RunnerError::Spawn { .. }) => {
+                    scope.end().await;
+                    return Err(e);
+                }
+                Err(e) => {
+                    result.outcome = pb::ProjectOutcome::SetupFailed as i32;
+                    result.outcome_detail = format!("step {}: {e}", i + 1);
+                    break;
+                }
+            };
+            let stop = ran.timed_out || ran.exit_code != 0;
+            if ran.timed_out {
+                result.outcome = pb::ProjectOutcome::TimedOut as i32;
+                result.outcome_detail = TIMED_OUT_DETAIL.to_owned();
+            }
+            result.steps.push(pb::StepResult {
+                command: step.clone(),
+                stdout: ran.stdout,
+                stderr: ran.stderr,
+                exit_code: ran.exit_code,
+                timed_out: ran.timed_out,
+                duration_ms: i64::try_from(ran.duration.as_millis()).unwrap_or(i64::MAX),
+                stdout_truncated: ran.stdout_truncated,
+                stderr_truncated: ran.stderr_truncated,
+            });
+            if stop {
+                break;
+            }
+        }
+        // No program of the run may touch the tree while the artifacts are read.
+        scope.kill_all().await;
+        match scope.collect(&p.artifacts, self.cfg.limits.artifact_bytes) {
+            Ok(c) => {
+                result.artifacts = c.artifacts;
+                result.artifacts_truncated = c.truncated;
+            }
+            Err(detail) => {
+                result.outcome = pb::ProjectOutcome::SetupFailed as i32;
+                result.outcome_detail = detail;
+            }
+        }
+        scope.end().await;
+        Ok(result)
     }
 
     /// Proves which languages this runner can execute by running a tiny program in each:
     /// `javascript` (node), `python` (python3), `shell` (sh).
+    ///
+    /// Each probe computes a value the runner checks, runs in its own working directory
+    /// with the clean environment, and is bounded by [`PROBE_TIMEOUT`].
     pub async fn prove_languages(&self) -> Vec<String> {
-        unimplemented!("plimsoll-runner: prove_languages")
+        let (js, py, sh) = tokio::join!(
+            self.probe(
+                "javascript",
+                "node",
+                &["-e", "console.log('plimsoll-probe-' + 6 * 7)"]
+            ),
+            self.probe(
+                "python",
+                "python3",
+                &["-c", "print('plimsoll-probe-%d' % (6 * 7))"]
+            ),
+            self.probe("shell", "sh", &["-c", "echo plimsoll-probe-$((6 * 7))"]),
+        );
+        [js, py, sh].into_iter().flatten().collect()
+    }
+
+    /// Runs one language probe; `Some(name)` when it printed the expected line.
+    async fn probe(&self, name: &str, path: &'static str, args: &[&str]) -> Option<String> {
+        let scope = self.scope().ok()?;
+        let ran = exec::run(
+            &scope,
+            Program {
+                path,
+                args,
+                stdin: None,
+            },
+            Instant::now() + PROBE_TIMEOUT,
+            4096,
+            &RunEnv::default(),
+        )
+        .await;
+        scope.end().await;
+        match ran {
+            Ok(r) if r.exit_code == 0 && r.stdout == b"plimsoll-probe-42\n" => {
+                Some(name.to_owned())
+            }
+            Ok(r) => {
+                tracing::info!(
+                    language = name,
+                    exit_code = r.exit_code,
+                    "language probe failed"
+                );
+                None
+            }
+            Err(e) => {
+                tracing::info!(language = name, error = %e, "language probe could not start");
+                None
+            }
+        }
     }
 }
