@@ -1,6 +1,93 @@
-//! plimsolld: the daemon. Reads its configuration from the environment, starts one
-//! provider, and serves protocol 5. It never holds a signing key.
+//! plimsolld: the daemon. Reads its configuration from the environment (every variable is
+//! listed in `--help`), starts one provider, and serves protocol 5 until SIGTERM, when it
+//! drains runs in flight. It never holds a signing key and never logs a token.
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("plimsolld is not built yet")
+use std::process::ExitCode;
+
+use clap::Parser;
+use plimsoll_daemon::env::ProcessEnv;
+use plimsoll_daemon::{config, Config, StartError};
+
+const EXIT_HELP: &str = "\
+Exit codes:
+  0  stopped after SIGTERM or SIGINT, runs in flight answered
+  1  the provider failed its startup checks or smoke test, or a listener could not be bound
+  2  a configuration error: one line names the variable or file to fix";
+
+#[derive(Parser)]
+#[command(
+    name = "plimsolld",
+    version,
+    about = "plimsoll daemon: runs untrusted code behind a wall whose strength it states",
+    long_about = None,
+    after_help = format!("Environment (all configuration comes from here):\n{}\n{EXIT_HELP}", config::variables_help())
+)]
+struct Args {
+    /// Log format on stderr (default: text on a terminal, JSON otherwise).
+    #[arg(long, value_enum)]
+    log_format: Option<plimsoll_log::LogFormat>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    plimsoll_log::init(args.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("plimsolld: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    rt.block_on(run())
+}
+
+async fn run() -> ExitCode {
+    for name in config::unknown_variables(&ProcessEnv) {
+        tracing::warn!(variable = %name, "unknown variable ignored; `plimsolld --help` lists the ones read");
+    }
+    let cfg = match Config::from_env(&ProcessEnv) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("plimsolld: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let daemon = match plimsoll_daemon::start(cfg).await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("plimsolld: {e}");
+            let code = match e {
+                StartError::BelowFloor { .. }
+                | StartError::Hardened(_)
+                | StartError::Tls { .. } => 2,
+                _ => 1,
+            };
+            return ExitCode::from(code);
+        }
+    };
+    wait_for_signal().await;
+    tracing::info!("shutting down: refusing new runs, answering runs in flight");
+    daemon.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }

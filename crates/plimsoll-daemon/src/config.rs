@@ -1,0 +1,509 @@
+//! plimsolld's configuration, read once from the environment and validated in one place.
+//!
+//! Every variable the daemon reads is in [`VARIABLES`] (printed by `plimsolld --help`);
+//! any other `PLIMSOLL_*` or `SANDBOX_*` name is reported at startup. Booleans: empty,
+//! `0`, `false` are off; `1`, `true` are on; anything else is an error naming the variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use plimsoll_core::Floor;
+
+use crate::env::EnvSource;
+
+/// Every variable the daemon reads, with one line of help. Later providers add theirs here.
+pub const VARIABLES: &[(&str, &str)] = &[
+    (
+        "PLIMSOLL_ADDR",
+        "RPC listen address (default 127.0.0.1:8746)",
+    ),
+    (
+        "PLIMSOLL_METRICS_ADDR",
+        "/metrics, /healthz, /readyz listener (default 127.0.0.1:9464; `off` disables)",
+    ),
+    (
+        "PLIMSOLL_CLIENTS_FILE",
+        "caller registry: token SHA-256 fingerprints and scopes (`plimsoll callers add`)",
+    ),
+    (
+        "PLIMSOLL_INSECURE",
+        "1 serves without caller authentication; loopback addresses only, never hardened",
+    ),
+    (
+        "PLIMSOLL_TLS_CERT",
+        "PEM certificate chain for the RPC and metrics listeners",
+    ),
+    ("PLIMSOLL_TLS_KEY", "PEM private key for PLIMSOLL_TLS_CERT"),
+    (
+        "PLIMSOLL_HARDENED",
+        "1 refuses to start unless every production safeguard is set",
+    ),
+    (
+        "PLIMSOLL_STATE_DIR",
+        "where runs get their working directories (default $TMPDIR/plimsoll)",
+    ),
+    ("PLIMSOLL_GRANTS_FILE", "grant profiles for the broker"),
+    (
+        "PLIMSOLL_WITHHELD_SET",
+        "withheld set the docker provider scans its images against at startup",
+    ),
+    (
+        "PLIMSOLL_WITHHELD_KNOWN_FILE",
+        "known-unreadable lists for that scan",
+    ),
+    (
+        "SANDBOX_PROVIDER",
+        "process, docker or agentsandbox; unset runs nothing (the disabled provider)",
+    ),
+    (
+        "SANDBOX_MIN_ISOLATION",
+        "startup floor: refuse to serve below it (process, container, kernel, vm)",
+    ),
+    (
+        "SANDBOX_DEFAULT_TIMEOUT_MS",
+        "deadline of a run whose request states none (default 30000)",
+    ),
+    (
+        "SANDBOX_OUTPUT_BYTES",
+        "bytes kept of each output stream per program (default 1048576)",
+    ),
+    (
+        "SANDBOX_MAX_CONCURRENT",
+        "runs in flight, daemon-wide (default 8); more are refused as capacity",
+    ),
+    (
+        "SANDBOX_MEMORY_MB",
+        "per-run memory limit in MiB (providers with a wall)",
+    ),
+    ("SANDBOX_CPUS", "per-run CPU limit (providers with a wall)"),
+    (
+        "SANDBOX_PIDS",
+        "per-run process limit (providers with a wall)",
+    ),
+    (
+        "SANDBOX_DISK_MB",
+        "per-run writable disk in MiB (providers with a wall)",
+    ),
+    (
+        "SANDBOX_DOCKER_IMAGE",
+        "sandbox image, pinned by content ID or digest",
+    ),
+    (
+        "SANDBOX_DOCKER_RUNTIME",
+        "runc (tier container) or runsc (tier kernel once proven)",
+    ),
+    (
+        "SANDBOX_DOCKER_POOL",
+        "containers kept started ahead of runs",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE",
+        "PEM CA certificates the pod certificate must chain to (required)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME",
+        "name checked in the pod certificate (default sandboxd.plimsoll.invalid)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK",
+        "operator's statement that the pod network is authenticated and encrypted",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_NAMESPACE",
+        "namespace of the warm pool",
+    ),
+    ("SANDBOX_AGENTSANDBOX_TEMPLATE", "SandboxTemplate name"),
+    ("SANDBOX_AGENTSANDBOX_WARM_POOL", "SandboxWarmPool name"),
+    (
+        "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
+        "the sandboxd token plimsolld presents",
+    ),
+];
+
+/// A configuration error: one line naming the variable or file and what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: {message}")]
+pub struct ConfigError {
+    /// The variable (or file) at fault.
+    pub name: String,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+fn bad(name: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        name: name.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// Which provider runs the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// Runs nothing; every run is refused marked `unsupported`.
+    Disabled,
+    /// The runner in child processes of plimsolld (tier `process`).
+    Process,
+    /// Locked-down containers through the Docker Engine API.
+    Docker,
+    /// Pods from a kubernetes-sigs/agent-sandbox warm pool over TLS.
+    AgentSandbox,
+}
+
+impl ProviderKind {
+    /// The name on the wire and in `SANDBOX_PROVIDER`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Disabled => "disabled",
+            ProviderKind::Process => "process",
+            ProviderKind::Docker => "docker",
+            ProviderKind::AgentSandbox => "agentsandbox",
+        }
+    }
+}
+
+/// How callers are authenticated.
+#[derive(Debug, Clone)]
+pub enum CallerAuth {
+    /// Bearer tokens checked against a registry of fingerprints.
+    Registry(plimsoll_callers::Registry),
+    /// No authentication (`PLIMSOLL_INSECURE=1`, loopback only).
+    Insecure,
+}
+
+/// Per-run resource limits (0 = the provider's default).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Resources {
+    /// Memory in MiB.
+    pub memory_mb: u32,
+    /// CPUs.
+    pub cpus: f64,
+    /// Processes.
+    pub pids: u32,
+    /// Writable disk in MiB.
+    pub disk_mb: u32,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// RPC listen address.
+    pub addr: SocketAddr,
+    /// Metrics/health listener, if on.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Caller authentication.
+    pub auth: CallerAuth,
+    /// Whether a callers file was given (hardened mode requires it).
+    pub clients_file: Option<PathBuf>,
+    /// TLS certificate and key for the listeners.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Hardened mode.
+    pub hardened: bool,
+    /// The provider.
+    pub provider: ProviderKind,
+    /// The daemon-wide floor.
+    pub min_isolation: Floor,
+    /// Runs in flight, daemon-wide.
+    pub max_concurrent: usize,
+    /// Deadline of a run whose request states none.
+    pub default_timeout: Duration,
+    /// Bytes kept per output stream.
+    pub output_bytes: usize,
+    /// Per-run limits.
+    pub resources: Resources,
+    /// Working directories for runs.
+    pub state_dir: PathBuf,
+    /// Which resource variables were set explicitly (hardened mode wants all of them).
+    pub explicit_resources: Vec<&'static str>,
+    /// How long a SIGTERM waits for runs in flight before the process exits.
+    pub shutdown_grace: Duration,
+    /// `SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK`: the operator's statement.
+    pub encrypted_pod_network: bool,
+}
+
+/// Parses a boolean the one way the contract fixes.
+pub fn parse_bool(name: &str, v: Option<&str>) -> Result<bool, ConfigError> {
+    match v.unwrap_or("") {
+        "" | "0" | "false" => Ok(false),
+        "1" | "true" => Ok(true),
+        other => Err(bad(
+            name,
+            format!("{other:?} is not a boolean; use 1/true or 0/false/empty"),
+        )),
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(
+    env: &dyn EnvSource,
+    name: &str,
+    default: T,
+) -> Result<T, ConfigError> {
+    match env.get(name).filter(|v| !v.is_empty()) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| bad(name, format!("{v:?} is not a valid number"))),
+    }
+}
+
+fn parse_addr(name: &str, v: &str) -> Result<SocketAddr, ConfigError> {
+    use std::net::ToSocketAddrs;
+    v.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| bad(name, format!("{v:?} is not a host:port address")))
+}
+
+/// Whether an address is loopback (`127.0.0.0/8`, `::1`). An unspecified address is not.
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
+impl Config {
+    /// Reads and validates the configuration. Fails on the first bad variable.
+    pub fn from_env(env: &dyn EnvSource) -> Result<Config, ConfigError> {
+        let get = |n: &str| env.get(n).filter(|v| !v.is_empty());
+        let addr = parse_addr(
+            "PLIMSOLL_ADDR",
+            &get("PLIMSOLL_ADDR").unwrap_or_else(|| "127.0.0.1:8746".into()),
+        )?;
+        let metrics_addr = match get("PLIMSOLL_METRICS_ADDR").as_deref() {
+            Some("off") => None,
+            Some(v) => Some(parse_addr("PLIMSOLL_METRICS_ADDR", v)?),
+            None => Some(parse_addr("PLIMSOLL_METRICS_ADDR", "127.0.0.1:9464")?),
+        };
+        let hardened = parse_bool("PLIMSOLL_HARDENED", env.get("PLIMSOLL_HARDENED").as_deref())?;
+        let insecure = parse_bool("PLIMSOLL_INSECURE", env.get("PLIMSOLL_INSECURE").as_deref())?;
+        let clients_file = get("PLIMSOLL_CLIENTS_FILE").map(PathBuf::from);
+        let auth = match (&clients_file, insecure) {
+            (Some(_), true) => {
+                return Err(bad("PLIMSOLL_INSECURE", "set together with PLIMSOLL_CLIENTS_FILE; choose one"))
+            }
+            (Some(path), false) => {
+                let file = plimsoll_callers::CallersFile::load(path).map_err(|e| bad("PLIMSOLL_CLIENTS_FILE", e.to_string()))?;
+                CallerAuth::Registry(
+                    plimsoll_callers::Registry::new(file).map_err(|e| bad("PLIMSOLL_CLIENTS_FILE", e.to_string()))?,
+                )
+            }
+            (None, true) => {
+                if hardened {
+                    return Err(bad("PLIMSOLL_INSECURE", "is refused in hardened mode; use PLIMSOLL_CLIENTS_FILE"));
+                }
+                if !is_loopback(&addr) {
+                    return Err(bad(
+                        "PLIMSOLL_INSECURE",
+                        format!("serves without authentication only on a loopback address, and PLIMSOLL_ADDR is {addr}"),
+                    ));
+                }
+                CallerAuth::Insecure
+            }
+            (None, false) => {
+                return Err(bad(
+                    "PLIMSOLL_CLIENTS_FILE",
+                    "is not set; create one with `plimsoll callers add --file callers.json --id NAME`, \
+                     or set PLIMSOLL_INSECURE=1 for development on a loopback address",
+                ))
+            }
+        };
+        let tls = match (get("PLIMSOLL_TLS_CERT"), get("PLIMSOLL_TLS_KEY")) {
+            (Some(c), Some(k)) => Some((PathBuf::from(c), PathBuf::from(k))),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(bad(
+                    "PLIMSOLL_TLS_KEY",
+                    "is missing; PLIMSOLL_TLS_CERT needs its key",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(bad(
+                    "PLIMSOLL_TLS_CERT",
+                    "is missing; PLIMSOLL_TLS_KEY needs its certificate",
+                ))
+            }
+        };
+        let provider = match get("SANDBOX_PROVIDER").as_deref() {
+            None => ProviderKind::Disabled,
+            Some("process") => ProviderKind::Process,
+            Some("docker") => ProviderKind::Docker,
+            Some("agentsandbox") => ProviderKind::AgentSandbox,
+            Some("disabled") => ProviderKind::Disabled,
+            Some(other) => {
+                return Err(bad(
+                    "SANDBOX_PROVIDER",
+                    format!("{other:?} is not a provider; use process, docker or agentsandbox"),
+                ))
+            }
+        };
+        let min_isolation = Floor::parse(&get("SANDBOX_MIN_ISOLATION").unwrap_or_default())
+            .map_err(|e| bad("SANDBOX_MIN_ISOLATION", e.to_string()))?;
+        let max_concurrent: usize = parse_num(env, "SANDBOX_MAX_CONCURRENT", 8)?;
+        if max_concurrent == 0 {
+            return Err(bad("SANDBOX_MAX_CONCURRENT", "must be at least 1"));
+        }
+        let default_timeout_ms: u32 = parse_num(env, "SANDBOX_DEFAULT_TIMEOUT_MS", 30_000)?;
+        if default_timeout_ms == 0 || default_timeout_ms > plimsoll_core::validate::MAX_TIMEOUT_MS {
+            return Err(bad(
+                "SANDBOX_DEFAULT_TIMEOUT_MS",
+                "must be between 1 and 300000",
+            ));
+        }
+        let output_bytes: usize = parse_num(env, "SANDBOX_OUTPUT_BYTES", 1024 * 1024)?;
+        let resources = Resources {
+            memory_mb: parse_num(env, "SANDBOX_MEMORY_MB", 0)?,
+            cpus: parse_num(env, "SANDBOX_CPUS", 0.0)?,
+            pids: parse_num(env, "SANDBOX_PIDS", 0)?,
+            disk_mb: parse_num(env, "SANDBOX_DISK_MB", 0)?,
+        };
+        if !(resources.cpus.is_finite() && resources.cpus >= 0.0) {
+            return Err(bad("SANDBOX_CPUS", "must be a non-negative number"));
+        }
+        let explicit_resources = [
+            "SANDBOX_MEMORY_MB",
+            "SANDBOX_CPUS",
+            "SANDBOX_PIDS",
+            "SANDBOX_DISK_MB",
+        ]
+        .into_iter()
+        .filter(|n| get(n).is_some())
+        .collect();
+        let state_dir = get("PLIMSOLL_STATE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| std::env::temp_dir().join("plimsoll"));
+        Ok(Config {
+            addr,
+            metrics_addr,
+            auth,
+            clients_file,
+            tls,
+            hardened,
+            provider,
+            min_isolation,
+            max_concurrent,
+            default_timeout: Duration::from_millis(default_timeout_ms.into()),
+            output_bytes,
+            resources,
+            state_dir,
+            explicit_resources,
+            shutdown_grace: Duration::from_secs(310),
+            encrypted_pod_network: parse_bool(
+                "SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK",
+                env.get("SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK")
+                    .as_deref(),
+            )?,
+        })
+    }
+
+    /// The embedded daemon of `plimsoll run` without `--addr`: the process provider on an
+    /// ephemeral loopback port, metrics off, callers from `callers`.
+    pub fn embedded(callers: plimsoll_callers::Registry) -> Config {
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metrics_addr: None,
+            auth: CallerAuth::Registry(callers),
+            clients_file: None,
+            tls: None,
+            hardened: false,
+            provider: ProviderKind::Process,
+            min_isolation: Floor::NONE,
+            max_concurrent: 8,
+            default_timeout: Duration::from_secs(30),
+            output_bytes: 1024 * 1024,
+            resources: Resources::default(),
+            state_dir: std::env::temp_dir().join("plimsoll"),
+            explicit_resources: Vec::new(),
+            shutdown_grace: Duration::from_secs(10),
+            encrypted_pod_network: false,
+        }
+    }
+}
+
+/// `PLIMSOLL_*` and `SANDBOX_*` names that are set but not read: reported at startup,
+/// because a misspelt safeguard would otherwise be silently off.
+pub fn unknown_variables(env: &dyn EnvSource) -> Vec<String> {
+    let mut unknown: Vec<String> = env
+        .names()
+        .into_iter()
+        .filter(|n| n.starts_with("PLIMSOLL_") || n.starts_with("SANDBOX_"))
+        .filter(|n| !VARIABLES.iter().any(|(k, _)| k == n))
+        .collect();
+    unknown.sort();
+    unknown
+}
+
+/// The `--help` text listing every variable.
+pub fn variables_help() -> String {
+    let width = VARIABLES.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    VARIABLES
+        .iter()
+        .map(|(k, v)| format!("  {k:width$}  {v}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::env::MapEnv;
+
+    #[test]
+    fn booleans() {
+        for off in ["", "0", "false"] {
+            assert!(!parse_bool("X", Some(off)).unwrap());
+        }
+        for on in ["1", "true"] {
+            assert!(parse_bool("X", Some(on)).unwrap());
+        }
+        let e = parse_bool("PLIMSOLL_HARDENED", Some("yes")).unwrap_err();
+        assert_eq!(e.name, "PLIMSOLL_HARDENED");
+    }
+
+    #[test]
+    fn no_auth_is_refused_with_the_fix() {
+        let e = Config::from_env(&MapEnv::default()).unwrap_err();
+        assert_eq!(e.name, "PLIMSOLL_CLIENTS_FILE");
+        assert!(e.message.contains("plimsoll callers add"));
+    }
+
+    #[test]
+    fn insecure_only_on_loopback() {
+        let ok = Config::from_env(&MapEnv::from_pairs([("PLIMSOLL_INSECURE", "1")])).unwrap();
+        assert!(matches!(ok.auth, CallerAuth::Insecure));
+        assert_eq!(ok.provider, ProviderKind::Disabled);
+        let e = Config::from_env(&MapEnv::from_pairs([
+            ("PLIMSOLL_INSECURE", "1"),
+            ("PLIMSOLL_ADDR", "0.0.0.0:8746"),
+        ]))
+        .unwrap_err();
+        assert_eq!(e.name, "PLIMSOLL_INSECURE");
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        for (k, v) in [
+            ("SANDBOX_PROVIDER", "lambda"),
+            ("SANDBOX_MIN_ISOLATION", "none"),
+            ("SANDBOX_MAX_CONCURRENT", "many"),
+            ("SANDBOX_MAX_CONCURRENT", "0"),
+            ("PLIMSOLL_ADDR", "nowhere"),
+            ("SANDBOX_CPUS", "-1"),
+        ] {
+            let e = Config::from_env(&MapEnv::from_pairs([("PLIMSOLL_INSECURE", "1"), (k, v)]))
+                .unwrap_err();
+            assert_eq!(e.name, k, "{k}={v}: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_names_are_reported() {
+        let env = MapEnv::from_pairs([
+            ("PLIMSOLL_INSECURE", "1"),
+            ("SANDBOX_MAX_CONCURENT", "3"),
+            ("HOME", "/"),
+        ]);
+        assert_eq!(
+            unknown_variables(&env),
+            vec!["SANDBOX_MAX_CONCURENT".to_owned()]
+        );
+    }
+}

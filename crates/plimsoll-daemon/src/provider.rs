@@ -1,0 +1,217 @@
+//! Providers: each owns one kind of wall and states its tier from evidence checked at
+//! startup. The daemon talks to them only through [`Provider`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plimsoll_core::{pb, Refusal, Tier};
+use plimsoll_runner::{RunEnv, Runner, RunnerConfig};
+
+use crate::config::{Config, ProviderKind};
+
+/// What a provider states about itself, after its startup checks.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// The provider's name (`process`, `docker`, `agentsandbox`, `disabled`).
+    pub name: String,
+    /// The tier runs actually get; `None` for the disabled provider.
+    pub tier: Option<Tier>,
+    /// The outer environment identity (content-addressed), or empty.
+    pub environment: String,
+    /// The software identity of what runs, or empty when the provider states none.
+    pub software_identity: String,
+    /// Languages the startup checks proved.
+    pub languages: Vec<String>,
+    /// Whether project payloads are supported.
+    pub supports_project: bool,
+    /// The provider's ceiling on a run's deadline.
+    pub max_timeout_ms: u32,
+    /// Verified sandbox policy digest, or empty.
+    pub policy: String,
+}
+
+/// A payload the daemon admitted.
+#[derive(Debug, Clone)]
+pub enum Work {
+    /// A JavaScript snippet.
+    Javascript(pb::JavaScriptRun),
+    /// A project.
+    Project(pb::ProjectRun),
+}
+
+/// A provider's answer.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    /// A snippet's result.
+    Javascript(pb::JavaScriptResult),
+    /// A project's result.
+    Project(pb::ProjectResult),
+}
+
+/// A provider failure. Only [`ProviderError::Refused`] promises that nothing ran.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// Nothing ran; the refusal carries its reason.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Something failed after the payload may have started.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// A startup failure of a provider, naming what to fix.
+#[derive(Debug, thiserror::Error)]
+#[error("provider {provider}: {message}")]
+pub struct ProviderStartError {
+    /// The provider.
+    pub provider: String,
+    /// What failed and what to do.
+    pub message: String,
+}
+
+/// One kind of wall.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    /// What the provider states (valid after `start`).
+    fn facts(&self) -> Facts;
+    /// Startup checks and the smoke test: one real run through the wall. Nothing is
+    /// served until this succeeds.
+    async fn start(&self) -> Result<(), ProviderStartError>;
+    /// Whether the provider can take runs now (`/readyz`).
+    async fn ready(&self) -> bool;
+    /// Runs one admitted payload under `timeout`.
+    async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError>;
+}
+
+/// Builds the provider the configuration names.
+pub fn build(cfg: &Config) -> Result<Arc<dyn Provider>, ProviderStartError> {
+    match cfg.provider {
+        ProviderKind::Disabled => Ok(Arc::new(Disabled)),
+        ProviderKind::Process => Ok(Arc::new(ProcessProvider::new(cfg)?)),
+        other => Err(ProviderStartError {
+            provider: other.as_str().into(),
+            message: format!(
+                "SANDBOX_PROVIDER={} is not available in this build yet; use SANDBOX_PROVIDER=process",
+                other.as_str()
+            ),
+        }),
+    }
+}
+
+/// The disabled provider: runs nothing.
+#[derive(Debug)]
+pub struct Disabled;
+
+#[async_trait::async_trait]
+impl Provider for Disabled {
+    fn facts(&self) -> Facts {
+        Facts {
+            name: "disabled".into(),
+            ..Default::default()
+        }
+    }
+    async fn start(&self) -> Result<(), ProviderStartError> {
+        Ok(())
+    }
+    async fn ready(&self) -> bool {
+        true
+    }
+    async fn run(&self, _: Work, _: Duration) -> Result<Answer, ProviderError> {
+        Err(
+            Refusal::disabled("no provider is configured; the operator must set SANDBOX_PROVIDER")
+                .into(),
+        )
+    }
+}
+
+/// The process provider: the runner in child processes of plimsolld. No OS wall.
+#[derive(Debug)]
+pub struct ProcessProvider {
+    runner: Runner,
+    languages: std::sync::OnceLock<Vec<String>>,
+}
+
+impl ProcessProvider {
+    /// Prepares the runner under the state directory.
+    pub fn new(cfg: &Config) -> Result<ProcessProvider, ProviderStartError> {
+        let runner = Runner::new(RunnerConfig {
+            root_dir: cfg.state_dir.join("runs"),
+            limits: plimsoll_runner::Limits {
+                output_bytes: cfg.output_bytes,
+                ..Default::default()
+            },
+            default_timeout: cfg.default_timeout,
+        })
+        .map_err(|e| ProviderStartError {
+            provider: "process".into(),
+            message: e.to_string(),
+        })?;
+        Ok(ProcessProvider {
+            runner,
+            languages: Default::default(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for ProcessProvider {
+    fn facts(&self) -> Facts {
+        Facts {
+            name: "process".into(),
+            tier: Some(Tier::Process),
+            languages: self.languages.get().cloned().unwrap_or_default(),
+            supports_project: true,
+            max_timeout_ms: plimsoll_core::validate::MAX_TIMEOUT_MS,
+            ..Default::default()
+        }
+    }
+
+    async fn start(&self) -> Result<(), ProviderStartError> {
+        let langs = self.runner.prove_languages().await;
+        if !langs.iter().any(|l| l == "shell") {
+            return Err(ProviderStartError {
+                provider: "process".into(),
+                message: "the smoke test could not run `sh -c`; check that /bin/sh exists".into(),
+            });
+        }
+        tracing::info!(languages = ?langs, "process provider smoke test passed");
+        let _ = self.languages.set(langs);
+        Ok(())
+    }
+
+    async fn ready(&self) -> bool {
+        self.runner.config().root_dir.is_dir()
+            || std::fs::create_dir_all(&self.runner.config().root_dir).is_ok()
+    }
+
+    async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError> {
+        let env = RunEnv::default();
+        let spawn_failed = |e: plimsoll_runner::RunnerError| {
+            // The runner reports its own failures before any program started.
+            ProviderError::Refused(Refusal::environment(format!(
+                "the process provider could not start the run: {e}"
+            )))
+        };
+        match work {
+            Work::Javascript(js) => {
+                if !self.facts().languages.iter().any(|l| l == "javascript") {
+                    return Err(Refusal::unsupported(
+                        "node was not found by the startup check; javascript is unavailable",
+                    )
+                    .into());
+                }
+                self.runner
+                    .javascript(&js, timeout, &env)
+                    .await
+                    .map(Answer::Javascript)
+                    .map_err(spawn_failed)
+            }
+            Work::Project(p) => self
+                .runner
+                .project(&p, timeout, &env)
+                .await
+                .map(Answer::Project)
+                .map_err(spawn_failed),
+        }
+    }
+}

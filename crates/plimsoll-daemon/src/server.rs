@@ -1,0 +1,298 @@
+//! Startup and shutdown: build the provider, run its smoke test, enforce the startup floor
+//! and hardened mode, bind the listeners, serve, and drain on shutdown.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use plimsoll_core::pb::sandbox_service_server::SandboxServiceServer;
+use plimsoll_core::Tier;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::auth::Authenticator;
+use crate::config::{is_loopback, CallerAuth, Config, ProviderKind};
+use crate::metrics::Metrics;
+use crate::provider::{self, Provider};
+use crate::service::Service;
+
+/// Why the daemon did not start. Each message names what to fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The provider could not be built or failed its smoke test.
+    #[error(transparent)]
+    Provider(#[from] provider::ProviderStartError),
+    /// The provider's proven tier is below `SANDBOX_MIN_ISOLATION`.
+    #[error("SANDBOX_MIN_ISOLATION: the floor is {floor} and the {provider} provider proved {tier}; refusing to serve below the floor")]
+    BelowFloor {
+        /// The configured floor.
+        floor: String,
+        /// The provider.
+        provider: String,
+        /// The proven tier.
+        tier: String,
+    },
+    /// Hardened mode found missing safeguards (all of them are listed).
+    #[error("PLIMSOLL_HARDENED: refusing to start; missing safeguards:\n  - {}", .0.join("\n  - "))]
+    Hardened(Vec<String>),
+    /// A listener could not be bound.
+    #[error("{var}: cannot listen on {addr}: {source}")]
+    Bind {
+        /// The variable naming the address.
+        var: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TLS files could not be read.
+    #[error("{var}: {message}")]
+    Tls {
+        /// The variable naming the file.
+        var: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Hardened mode: every safeguard that is missing, each with what to set.
+pub fn hardened_violations(cfg: &Config, tier: Option<Tier>) -> Vec<String> {
+    let mut v = Vec::new();
+    match tier {
+        Some(Tier::Kernel | Tier::Vm) => {}
+        other => v.push(format!(
+            "isolation is {}; hardened mode needs kernel or vm (SANDBOX_PROVIDER=docker with SANDBOX_DOCKER_RUNTIME=runsc, or agentsandbox with gVisor or Kata)",
+            other.map_or("none", |t| t.as_str())
+        )),
+    }
+    if cfg.clients_file.is_none() || !matches!(cfg.auth, CallerAuth::Registry(_)) {
+        v.push("PLIMSOLL_CLIENTS_FILE is not set; callers must authenticate with tokens from a callers file".into());
+    }
+    if cfg.tls.is_none() && !is_loopback(&cfg.addr) {
+        v.push(format!(
+            "PLIMSOLL_TLS_CERT/PLIMSOLL_TLS_KEY are not set and PLIMSOLL_ADDR {} is not loopback",
+            cfg.addr
+        ));
+    }
+    if let Some(m) = cfg.metrics_addr.filter(|m| !is_loopback(m)) {
+        v.push(format!("PLIMSOLL_METRICS_ADDR {m} is not loopback; the metrics listener serves plain HTTP (set it to a loopback address or off)"));
+    }
+    for name in [
+        "SANDBOX_MEMORY_MB",
+        "SANDBOX_CPUS",
+        "SANDBOX_PIDS",
+        "SANDBOX_DISK_MB",
+    ] {
+        if !cfg.explicit_resources.contains(&name) {
+            v.push(format!(
+                "{name} is not set; hardened mode needs an explicit positive resource envelope"
+            ));
+        }
+    }
+    let r = &cfg.resources;
+    if cfg.explicit_resources.len() == 4
+        && (r.memory_mb == 0 || r.cpus <= 0.0 || r.pids == 0 || r.disk_mb == 0)
+    {
+        v.push("SANDBOX_MEMORY_MB, SANDBOX_CPUS, SANDBOX_PIDS and SANDBOX_DISK_MB must all be greater than 0".into());
+    }
+    if cfg.provider == ProviderKind::AgentSandbox && !cfg.encrypted_pod_network {
+        v.push("SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK is not 1; until per-pod keys exist, hardened mode needs your statement that the pod network is authenticated and encrypted".into());
+    }
+    v
+}
+
+/// A daemon that is serving.
+pub struct RunningDaemon {
+    rpc_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    draining: Arc<AtomicBool>,
+    stop: Arc<Notify>,
+    rpc: JoinHandle<Result<(), tonic::transport::Error>>,
+    metrics_task: Option<JoinHandle<()>>,
+    grace: std::time::Duration,
+}
+
+impl RunningDaemon {
+    /// The RPC listener's bound address.
+    pub fn rpc_addr(&self) -> SocketAddr {
+        self.rpc_addr
+    }
+    /// The metrics listener's bound address, if on.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+    /// Stops accepting, refuses new runs as `capacity`, waits (bounded by the grace period)
+    /// for runs in flight to be answered, then returns.
+    pub async fn shutdown(self) {
+        self.draining.store(true, Ordering::SeqCst);
+        self.stop.notify_waiters();
+        match tokio::time::timeout(self.grace, self.rpc).await {
+            Ok(Ok(Ok(()))) => tracing::info!("drained; every run in flight was answered"),
+            Ok(Ok(Err(e))) => tracing::error!(error = %e, "RPC server ended with an error"),
+            Ok(Err(e)) => tracing::error!(error = %e, "RPC server task failed"),
+            Err(_) => tracing::error!(
+                grace_s = self.grace.as_secs(),
+                "runs still in flight after the grace period; exiting"
+            ),
+        }
+        if let Some(m) = self.metrics_task {
+            m.abort();
+        }
+    }
+    /// Waits until the RPC server ends on its own (it only ends through `shutdown`).
+    pub async fn stopped(&mut self) {
+        let _ = (&mut self.rpc).await;
+    }
+}
+
+fn read_tls(cfg: &Config) -> Result<Option<tonic::transport::ServerTlsConfig>, StartError> {
+    let Some((cert, key)) = &cfg.tls else {
+        return Ok(None);
+    };
+    let c = std::fs::read(cert).map_err(|e| StartError::Tls {
+        var: "PLIMSOLL_TLS_CERT",
+        message: format!("{}: {e}", cert.display()),
+    })?;
+    let k = std::fs::read(key).map_err(|e| StartError::Tls {
+        var: "PLIMSOLL_TLS_KEY",
+        message: format!("{}: {e}", key.display()),
+    })?;
+    Ok(Some(
+        tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(c, k)),
+    ))
+}
+
+/// Starts a daemon: provider smoke test, floor, hardened mode, listeners. Returns once
+/// the daemon is serving.
+pub async fn start(cfg: Config) -> Result<RunningDaemon, StartError> {
+    let provider: Arc<dyn Provider> = provider::build(&cfg)?;
+    provider.start().await?;
+    let facts = provider.facts();
+    if let Some(floor) = cfg.min_isolation.0 {
+        if !facts.tier.is_some_and(|t| t >= floor) {
+            return Err(StartError::BelowFloor {
+                floor: floor.to_string(),
+                provider: facts.name.clone(),
+                tier: facts.tier.map_or("none".into(), |t| t.to_string()),
+            });
+        }
+    }
+    if cfg.hardened {
+        let v = hardened_violations(&cfg, facts.tier);
+        if !v.is_empty() {
+            return Err(StartError::Hardened(v));
+        }
+    }
+    let tls = read_tls(&cfg)?;
+    let metrics = Arc::new(Metrics::default());
+    let draining = Arc::new(AtomicBool::new(false));
+    let service = Service::new(
+        provider.clone(),
+        cfg.max_concurrent,
+        cfg.default_timeout,
+        cfg.resources,
+        draining.clone(),
+        metrics.clone(),
+    );
+    let auth = Authenticator::new(cfg.auth.clone(), metrics.clone());
+    let svc = SandboxServiceServer::new(service)
+        // The codec refuses anything over 8 MiB as a marked request refusal; tonic's own
+        // cap sits above it so that refusal, not tonic's unmarked one, is what callers see.
+        .max_decoding_message_size(2 * plimsoll_core::validate::MAX_REQUEST_BYTES)
+        .max_encoding_message_size(64 * 1024 * 1024);
+    let svc =
+        tonic::service::interceptor::InterceptedService::new(svc, move |req| auth.intercept(req));
+
+    let listener = TcpListener::bind(cfg.addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            var: "PLIMSOLL_ADDR",
+            addr: cfg.addr,
+            source,
+        })?;
+    let rpc_addr = listener.local_addr().map_err(|source| StartError::Bind {
+        var: "PLIMSOLL_ADDR",
+        addr: cfg.addr,
+        source,
+    })?;
+    let metrics_listener = match cfg.metrics_addr {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .map_err(|source| StartError::Bind {
+                    var: "PLIMSOLL_METRICS_ADDR",
+                    addr: a,
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
+
+    let stop = Arc::new(Notify::new());
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls).map_err(|e| StartError::Tls {
+            var: "PLIMSOLL_TLS_CERT",
+            message: e.to_string(),
+        })?;
+    }
+    let router = builder.add_service(svc);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let stop_rpc = stop.clone();
+    let rpc = tokio::spawn(async move {
+        router
+            .serve_with_incoming_shutdown(incoming, async move { stop_rpc.notified().await })
+            .await
+    });
+
+    let metrics_task = metrics_listener.map(|l| {
+        let (m, p, d) = (metrics.clone(), provider.clone(), draining.clone());
+        let tier = facts.tier.map_or("none", |t| t.as_str());
+        let name = facts.name.clone();
+        let app = axum::Router::new()
+            .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+            .route(
+                "/readyz",
+                axum::routing::get(move || {
+                    let (p, d) = (p.clone(), d.clone());
+                    async move {
+                        if !d.load(Ordering::SeqCst) && p.ready().await {
+                            (StatusCode::OK, "ready\n")
+                        } else {
+                            (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                        }
+                    }
+                }),
+            )
+            .route(
+                "/metrics",
+                axum::routing::get(move || {
+                    let m = m.clone();
+                    let name = name.clone();
+                    async move { m.render(&name, tier) }
+                }),
+            );
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, app).await {
+                tracing::error!(error = %e, "metrics listener ended");
+            }
+        })
+    });
+    tracing::info!(addr = %rpc_addr, metrics = ?metrics_addr, provider = %facts.name,
+        isolation = facts.tier.map_or("none", |t| t.as_str()), protocol = plimsoll_core::PROTOCOL, "serving");
+    Ok(RunningDaemon {
+        rpc_addr,
+        metrics_addr,
+        draining,
+        stop,
+        rpc,
+        metrics_task,
+        grace: cfg.shutdown_grace,
+    })
+}

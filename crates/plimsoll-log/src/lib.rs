@@ -1,0 +1,32 @@
+//! plimsoll-log: the one logging setup every plimsoll binary shares. Logs go to stderr,
+//! plain text on a terminal and JSON lines otherwise, unless `--log-format` says which.
+//! `RUST_LOG` filters (default `info`). It never decides what is logged, only how.
+
+use std::io::IsTerminal;
+
+/// The `--log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Installs the global subscriber. `None` picks text on a terminal, JSON otherwise.
+pub fn init(format: Option<LogFormat>) {
+    let format = format.unwrap_or(if std::io::stderr().is_terminal() {
+        LogFormat::Text
+    } else {
+        LogFormat::Json
+    });
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
