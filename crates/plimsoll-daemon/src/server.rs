@@ -174,7 +174,7 @@ pub async fn start(cfg: Config) -> Result<RunningDaemon, StartError> {
     provider.start().await?;
     let facts = provider.facts();
     if let Some(floor) = cfg.min_isolation.0 {
-        if !facts.tier.is_some_and(|t| t >= floor) {
+        if facts.tier.is_none_or(|t| t < floor) {
             return Err(StartError::BelowFloor {
                 floor: floor.to_string(),
                 provider: facts.name.clone(),

@@ -1,0 +1,478 @@
+//! End-to-end tests through the real gRPC listener of an in-process daemon, with the
+//! process provider running real node and sh programs.
+
+use std::time::Duration;
+
+use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
+use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
+use plimsoll_core::{check::check_answer, not_dispatched_reason, Reason};
+use plimsoll_daemon::env::MapEnv;
+use plimsoll_daemon::{start, Config, RunningDaemon};
+use tonic::transport::Channel;
+
+struct Fixture {
+    daemon: RunningDaemon,
+    token: String,
+    unscoped: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn daemon_with(extra: &[(&str, &str)]) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let callers = dir.path().join("callers.json");
+    let mut file = plimsoll_callers::CallersFile::default();
+    let token = file.add("tester", &[]).unwrap();
+    let unscoped = file.add("no-scope", &["other:scope".to_owned()]).unwrap();
+    file.save(&callers).unwrap();
+    let state = dir.path().join("state");
+    let mut pairs = vec![
+        ("PLIMSOLL_ADDR", "127.0.0.1:0"),
+        ("PLIMSOLL_METRICS_ADDR", "127.0.0.1:0"),
+        ("PLIMSOLL_CLIENTS_FILE", callers.to_str().unwrap()),
+        ("PLIMSOLL_STATE_DIR", state.to_str().unwrap()),
+        ("SANDBOX_PROVIDER", "process"),
+    ];
+    pairs.extend_from_slice(extra);
+    let cfg = Config::from_env(&MapEnv::from_pairs(pairs)).unwrap();
+    let daemon = start(cfg).await.unwrap();
+    Fixture {
+        daemon,
+        token,
+        unscoped,
+        _dir: dir,
+    }
+}
+
+async fn client(f: &Fixture) -> SandboxServiceClient<Channel> {
+    SandboxServiceClient::connect(format!("http://{}", f.daemon.rpc_addr()))
+        .await
+        .unwrap()
+}
+
+fn authed<T>(msg: T, token: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+fn js(code: &str) -> pb::RunRequest {
+    pb::RunRequest {
+        protocol: 5,
+        timeout_ms: 20_000,
+        payload: Some(Payload::Javascript(pb::JavaScriptRun {
+            code: code.into(),
+            grant_profile: String::new(),
+        })),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn javascript_runs_and_the_record_checks() {
+    let f = daemon_with(&[]).await;
+    let req = js("console.log(6*7)");
+    let resp = client(&f)
+        .await
+        .run(authed(req.clone(), &f.token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(resp.sandbox, "process");
+    assert_eq!(resp.isolation, "process");
+    let Some(R::Javascript(j)) = &resp.result else {
+        panic!("no javascript result")
+    };
+    assert_eq!(j.stdout, b"42\n");
+    assert_eq!(j.exit_code, 0);
+    check_answer(&req, &resp).unwrap();
+    let rec = resp.record.as_ref().unwrap();
+    assert!(rec.ended_unix_ms >= rec.started_unix_ms);
+    assert_eq!(rec.record_sha256.len(), 64);
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn project_runs_steps_and_returns_artifacts() {
+    let f = daemon_with(&[]).await;
+    let req = pb::RunRequest {
+        protocol: 5,
+        payload: Some(Payload::Project(pb::ProjectRun {
+            files: vec![pb::ProjectFile {
+                path: "lib/x.txt".into(),
+                content: "hello".into(),
+            }],
+            steps: vec!["cat lib/x.txt > out.txt".into(), "echo done".into()],
+            artifacts: vec!["out.txt".into()],
+            grant_profile: String::new(),
+        })),
+        ..Default::default()
+    };
+    let resp = client(&f)
+        .await
+        .run(authed(req.clone(), &f.token))
+        .await
+        .unwrap()
+        .into_inner();
+    check_answer(&req, &resp).unwrap();
+    let Some(R::Project(p)) = &resp.result else {
+        panic!("no project result")
+    };
+    assert_eq!(p.outcome, pb::ProjectOutcome::Completed as i32);
+    assert_eq!(p.steps.len(), 2);
+    assert_eq!(p.steps[1].stdout, b"done\n");
+    assert_eq!(p.artifacts[0].content, b"hello");
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn floor_above_the_tier_is_refused_and_runs_nothing() {
+    let f = daemon_with(&[]).await;
+    let marker = f._dir.path().join("marker");
+    let code = format!(
+        "require('fs').writeFileSync({:?}, 'ran')",
+        marker.to_str().unwrap()
+    );
+    let mut req = js(&code);
+    req.minimum_isolation = "vm".into();
+    let err = client(&f)
+        .await
+        .run(authed(req, &f.token))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(not_dispatched_reason(&err), Some(Reason::Isolation));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!marker.exists(), "the refused run wrote its marker");
+    // The same code without the floor does write it: the marker test can fail.
+    let resp = client(&f)
+        .await
+        .run(authed(js(&code), &f.token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(matches!(resp.result, Some(R::Javascript(ref j)) if j.exit_code == 0));
+    assert!(marker.exists());
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn protocol_numbers_other_than_5_are_refused() {
+    let f = daemon_with(&[]).await;
+    let mut c = client(&f).await;
+    for (p, code) in [
+        (0, tonic::Code::InvalidArgument),
+        (4, tonic::Code::Unimplemented),
+        (6, tonic::Code::Unimplemented),
+    ] {
+        let mut req = js("console.log(1)");
+        req.protocol = p;
+        let err = c.run(authed(req, &f.token)).await.unwrap_err();
+        assert_eq!(err.code(), code, "protocol {p}");
+        assert_eq!(
+            not_dispatched_reason(&err),
+            Some(Reason::Protocol),
+            "protocol {p}"
+        );
+        assert!(err.message().contains("protocol 5"), "{}", err.message());
+    }
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn missing_wrong_and_unscoped_tokens_are_refused() {
+    let f = daemon_with(&[]).await;
+    let mut c = client(&f).await;
+    let none = c
+        .run(tonic::Request::new(js("console.log(1)")))
+        .await
+        .unwrap_err();
+    assert_eq!(none.code(), tonic::Code::Unauthenticated);
+    assert_eq!(not_dispatched_reason(&none), Some(Reason::Permission));
+    let wrong = c
+        .run(authed(js("console.log(1)"), &"0".repeat(64)))
+        .await
+        .unwrap_err();
+    assert_eq!(wrong.code(), tonic::Code::Unauthenticated);
+    assert_eq!(not_dispatched_reason(&wrong), Some(Reason::Permission));
+    let unscoped = c
+        .run(authed(js("console.log(1)"), &f.unscoped))
+        .await
+        .unwrap_err();
+    assert_eq!(unscoped.code(), tonic::Code::PermissionDenied);
+    assert_eq!(not_dispatched_reason(&unscoped), Some(Reason::Permission));
+    let describe = c
+        .describe(tonic::Request::new(pb::DescribeRequest {}))
+        .await
+        .unwrap_err();
+    assert_eq!(not_dispatched_reason(&describe), Some(Reason::Permission));
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_and_the_daemon_keeps_serving() {
+    let f = daemon_with(&[]).await;
+    let mut c = client(&f).await;
+    let mut bad_floor = js("console.log(1)");
+    bad_floor.minimum_isolation = "none".into();
+    let mut no_payload = js("x");
+    no_payload.payload = None;
+    let escape = pb::RunRequest {
+        protocol: 5,
+        payload: Some(Payload::Project(pb::ProjectRun {
+            files: vec![pb::ProjectFile {
+                path: "../escape".into(),
+                content: "x".into(),
+            }],
+            steps: vec!["true".into()],
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let cell = pb::RunRequest {
+        protocol: 5,
+        payload: Some(Payload::Cell(Default::default())),
+        ..Default::default()
+    };
+    let module = pb::RunRequest {
+        protocol: 5,
+        payload: Some(Payload::Module(Default::default())),
+        ..Default::default()
+    };
+    let grant = pb::RunRequest {
+        protocol: 5,
+        payload: Some(Payload::Javascript(pb::JavaScriptRun {
+            code: "1".into(),
+            grant_profile: "github".into(),
+        })),
+        ..Default::default()
+    };
+    for (req, reason) in [
+        (bad_floor, Reason::Request),
+        (no_payload, Reason::Request),
+        (escape, Reason::Request),
+        (cell, Reason::Request),
+        (module, Reason::Unsupported),
+        (grant, Reason::Permission),
+    ] {
+        let err = c.run(authed(req.clone(), &f.token)).await.unwrap_err();
+        assert_eq!(
+            not_dispatched_reason(&err),
+            Some(reason),
+            "{req:?}: {err:?}"
+        );
+    }
+    let ok = c
+        .run(authed(js("console.log('still here')"), &f.token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(matches!(ok.result, Some(R::Javascript(ref j)) if j.stdout == b"still here\n"));
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn over_capacity_is_refused() {
+    let f = daemon_with(&[("SANDBOX_MAX_CONCURRENT", "1")]).await;
+    let mut slow = client(&f).await;
+    let token = f.token.clone();
+    let first = tokio::spawn(async move {
+        slow.run(authed(
+            js("setTimeout(() => console.log('slow'), 1500)"),
+            &token,
+        ))
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let err = client(&f)
+        .await
+        .run(authed(js("console.log(1)"), &f.token))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(not_dispatched_reason(&err), Some(Reason::Capacity));
+    let done = first.await.unwrap().unwrap().into_inner();
+    assert!(matches!(done.result, Some(R::Javascript(ref j)) if j.stdout == b"slow\n"));
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn sessions_are_refused_as_unsupported_after_the_protocol_check() {
+    let f = daemon_with(&[]).await;
+    let mut c = client(&f).await;
+    let err = c
+        .open_session(authed(
+            pb::OpenSessionRequest {
+                protocol: 5,
+                ..Default::default()
+            },
+            &f.token,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(not_dispatched_reason(&err), Some(Reason::Unsupported));
+    let err = c
+        .open_session(authed(
+            pb::OpenSessionRequest {
+                protocol: 6,
+                ..Default::default()
+            },
+            &f.token,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(not_dispatched_reason(&err), Some(Reason::Protocol));
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn describe_states_protocol_provider_tier_and_languages() {
+    let f = daemon_with(&[("SANDBOX_MEMORY_MB", "256")]).await;
+    let d = client(&f)
+        .await
+        .describe(authed(pb::DescribeRequest {}, &f.token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (d.protocol, d.sandbox.as_str(), d.isolation.as_str()),
+        (5, "process", "process")
+    );
+    let langs = &d.javascript_environment.as_ref().unwrap().languages;
+    assert!(langs.iter().any(|l| l == "javascript"), "{langs:?}");
+    assert!(d.supports_project);
+    assert_eq!(d.resources.unwrap().memory_mb, 256);
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn disabled_provider_refuses_every_run() {
+    let f = daemon_with(&[("SANDBOX_PROVIDER", "")]).await;
+    let err = client(&f)
+        .await
+        .run(authed(js("console.log(1)"), &f.token))
+        .await
+        .unwrap_err();
+    assert_eq!(not_dispatched_reason(&err), Some(Reason::Unsupported));
+    let d = client(&f)
+        .await
+        .describe(authed(pb::DescribeRequest {}, &f.token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (d.sandbox.as_str(), d.isolation.as_str()),
+        ("disabled", "none")
+    );
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn health_ready_and_metrics_endpoints() {
+    let f = daemon_with(&[]).await;
+    let _ = client(&f)
+        .await
+        .run(authed(js("console.log(1)"), &f.token))
+        .await
+        .unwrap();
+    let _ = client(&f)
+        .await
+        .run(tonic::Request::new(js("console.log(1)")))
+        .await
+        .unwrap_err();
+    let m = f.daemon.metrics_addr().unwrap();
+    let get = |path: &'static str| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(m).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+    assert!(get("/readyz").await.contains("ready"));
+    let metrics = get("/metrics").await;
+    assert!(metrics.contains("plimsoll_runs_total 1"), "{metrics}");
+    assert!(
+        metrics.contains("plimsoll_refused_total{reason=\"permission\"} 1"),
+        "{metrics}"
+    );
+    f.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn startup_floor_and_hardened_mode_refuse_to_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = |extra: &[(&'static str, &'static str)]| {
+        let mut p = vec![
+            ("PLIMSOLL_INSECURE", "1"),
+            ("SANDBOX_PROVIDER", "process"),
+            ("PLIMSOLL_METRICS_ADDR", "off"),
+            ("PLIMSOLL_ADDR", "127.0.0.1:0"),
+        ];
+        p.extend_from_slice(extra);
+        Config::from_env(&MapEnv::from_pairs(p))
+    };
+    let mut cfg = env(&[("SANDBOX_MIN_ISOLATION", "container")]).unwrap();
+    cfg.state_dir = dir.path().into();
+    let e = start(cfg)
+        .await
+        .err()
+        .expect("a floor above process must refuse to start");
+    assert!(e.to_string().contains("SANDBOX_MIN_ISOLATION"), "{e}");
+
+    // Hardened mode refuses insecure mode outright, naming the variable.
+    let e = env(&[("PLIMSOLL_HARDENED", "1")]).unwrap_err();
+    assert_eq!(e.name, "PLIMSOLL_INSECURE");
+
+    // With a callers file, hardened mode lists every missing safeguard at once.
+    let callers = dir.path().join("callers.json");
+    let mut file = plimsoll_callers::CallersFile::default();
+    file.add("a", &[]).unwrap();
+    file.save(&callers).unwrap();
+    let mut cfg = Config::from_env(&MapEnv::from_pairs([
+        ("PLIMSOLL_CLIENTS_FILE", callers.to_str().unwrap()),
+        ("PLIMSOLL_HARDENED", "1"),
+        ("SANDBOX_PROVIDER", "process"),
+        ("PLIMSOLL_ADDR", "0.0.0.0:0"),
+        ("SANDBOX_MEMORY_MB", "512"),
+    ]))
+    .unwrap();
+    cfg.state_dir = dir.path().into();
+    let e = start(cfg)
+        .await
+        .err()
+        .expect("hardened mode must refuse the process tier")
+        .to_string();
+    for needle in [
+        "isolation is process",
+        "PLIMSOLL_TLS_CERT",
+        "SANDBOX_CPUS",
+        "SANDBOX_PIDS",
+        "SANDBOX_DISK_MB",
+    ] {
+        assert!(e.contains(needle), "missing {needle:?} in {e}");
+    }
+    assert!(!e.contains("SANDBOX_MEMORY_MB is not set"), "{e}");
+}
+
+#[tokio::test]
+async fn shutdown_answers_the_run_in_flight_and_refuses_new_ones() {
+    let f = daemon_with(&[]).await;
+    let mut c = client(&f).await;
+    let token = f.token.clone();
+    let req = js("setTimeout(() => console.log('finished'), 1200)");
+    let inflight = tokio::spawn(async move { c.run(authed(req, &token)).await });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    f.daemon.shutdown().await;
+    let resp = inflight
+        .await
+        .unwrap()
+        .expect("the run in flight is answered, not dropped")
+        .into_inner();
+    assert!(matches!(resp.result, Some(R::Javascript(ref j)) if j.stdout == b"finished\n"));
+}
