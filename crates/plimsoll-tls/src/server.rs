@@ -1,0 +1,274 @@
+//! The terminator's server side: a TLS 1.3-only, ALPN-`h2`-only rustls configuration whose
+//! certificate can be swapped while it serves, and the Secret directory it is read from.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use rustls::ServerConfig;
+
+use crate::pem::{certified_key_from_pem, summarize, CertSummary, PairError};
+use crate::{provider, ALPN_H2};
+
+/// The certificate new handshakes get. Swapping it never touches open connections: each
+/// keeps the `Arc` it was handed.
+#[derive(Debug)]
+pub struct RotatingCert {
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl RotatingCert {
+    /// Starts with `initial`.
+    pub fn new(initial: Arc<CertifiedKey>) -> Arc<RotatingCert> {
+        Arc::new(RotatingCert {
+            current: RwLock::new(initial),
+        })
+    }
+
+    /// The pair new handshakes get.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Makes `next` the pair for every later handshake.
+    pub fn swap(&self, next: Arc<CertifiedKey>) {
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = next;
+    }
+}
+
+impl ResolvesServerCert for RotatingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// The terminator's rustls configuration: TLS 1.3 only, ALPN exactly `["h2"]`, no client
+/// certificates, no session tickets (every connection proves the certificate afresh, and a
+/// rotated certificate is seen by the next connection, not the next full handshake).
+///
+/// rustls refuses a client that offers ALPN without `h2` (`no_application_protocol`), but
+/// accepts one that offers no ALPN at all; [`crate::screen::check_established`] refuses that
+/// one after the handshake.
+pub fn server_config(cert: Arc<RotatingCert>) -> Arc<ServerConfig> {
+    let mut cfg = ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("the ring provider supports TLS 1.3")
+        .with_no_client_auth()
+        .with_cert_resolver(cert);
+    cfg.alpn_protocols = vec![ALPN_H2.to_vec()];
+    cfg.send_tls13_tickets = 0;
+    cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    cfg.max_early_data_size = 0;
+    Arc::new(cfg)
+}
+
+/// Why the Secret directory could not be read into a pair.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertDirError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The files were read but do not make a usable pair.
+    #[error("{dir}: {source}")]
+    Pair {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: PairError,
+    },
+}
+
+/// What one poll of the directory found.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReloadOutcome {
+    /// Same bytes as the pair being served (or as a pair already rejected).
+    Unchanged,
+    /// A new pair is served to every later handshake.
+    Reloaded(CertSummary),
+    /// The directory changed to something unusable; the served pair is kept. Reported once
+    /// per distinct content, and only after two polls in a row saw the same content, so a
+    /// poll that lands in the middle of a swap does not raise a false alarm.
+    Rejected(CertDirError),
+    /// Unusable content seen for the first time; judged at the next poll.
+    Pending,
+}
+
+/// The Secret mount (`tls.crt`, `tls.key`). The kubelet updates it by swapping a `..data`
+/// symlink, so it is polled by content (following the symlinks each time), never watched by
+/// inode.
+#[derive(Debug)]
+pub struct CertDir {
+    dir: PathBuf,
+    served: [u8; 32],
+    rejected: Option<[u8; 32]>,
+    pending: Option<[u8; 32]>,
+    cert: Arc<RotatingCert>,
+}
+
+/// The certificate file's name in the directory.
+pub const CERT_FILE: &str = "tls.crt";
+/// The key file's name in the directory.
+pub const KEY_FILE: &str = "tls.key";
+
+impl CertDir {
+    /// Reads the pair once; a missing or broken pair is an error (the terminator does not
+    /// start without one).
+    pub fn open(dir: &Path) -> Result<(CertDir, CertSummary), CertDirError> {
+        let (digest, read) = read_pair(dir);
+        let (crt, key) = read?;
+        let ck = certified_key_from_pem(&crt, &key).map_err(|source| CertDirError::Pair {
+            dir: dir.to_owned(),
+            source,
+        })?;
+        let summary = summarize(&ck.cert[0]);
+        Ok((
+            CertDir {
+                dir: dir.to_owned(),
+                served: digest,
+                rejected: None,
+                pending: None,
+                cert: RotatingCert::new(ck),
+            },
+            summary,
+        ))
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The swappable certificate to build a [`server_config`] with.
+    pub fn cert(&self) -> Arc<RotatingCert> {
+        self.cert.clone()
+    }
+
+    /// Re-reads both files and, when their bytes changed and make a good pair, swaps it in.
+    pub fn poll(&mut self) -> ReloadOutcome {
+        let (digest, read) = read_pair(&self.dir);
+        if digest == self.served {
+            self.pending = None;
+            return ReloadOutcome::Unchanged;
+        }
+        if self.rejected == Some(digest) {
+            return ReloadOutcome::Unchanged;
+        }
+        let result = read.and_then(|(crt, key)| {
+            certified_key_from_pem(&crt, &key).map_err(|source| CertDirError::Pair {
+                dir: self.dir.clone(),
+                source,
+            })
+        });
+        match result {
+            Ok(ck) => {
+                let summary = summarize(&ck.cert[0]);
+                self.cert.swap(ck);
+                self.served = digest;
+                self.pending = None;
+                self.rejected = None;
+                ReloadOutcome::Reloaded(summary)
+            }
+            Err(e) => {
+                if self.pending == Some(digest) {
+                    self.pending = None;
+                    self.rejected = Some(digest);
+                    ReloadOutcome::Rejected(e)
+                } else {
+                    self.pending = Some(digest);
+                    ReloadOutcome::Pending
+                }
+            }
+        }
+    }
+}
+
+/// Reads `tls.crt` and `tls.key`; the digest covers the bytes (or the read error), so it
+/// changes exactly when what a reload would see changes.
+/// The PEM bytes of `tls.crt` and `tls.key`.
+type PairBytes = (Vec<u8>, Vec<u8>);
+
+fn read_pair(dir: &Path) -> ([u8; 32], Result<PairBytes, CertDirError>) {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut read = |name: &str| {
+        let path = dir.join(name);
+        match std::fs::read(&path) {
+            Ok(b) => {
+                ctx.update(&(b.len() as u64).to_be_bytes());
+                ctx.update(&b);
+                Ok(b)
+            }
+            Err(source) => {
+                ctx.update(b"error:");
+                ctx.update(source.to_string().as_bytes());
+                Err(CertDirError::Read { path, source })
+            }
+        }
+    };
+    let crt = read(CERT_FILE);
+    let key = read(KEY_FILE);
+    let mut digest = [0u8; 32];
+    digest.copy_from_slice(ctx.finish().as_ref());
+    let pair = match (crt, key) {
+        (Ok(c), Ok(k)) => Ok((c, k)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    (digest, pair)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_pair(dir: &Path, name: &str) -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(dir.join(CERT_FILE), cert.pem()).unwrap();
+        std::fs::write(dir.join(KEY_FILE), key.serialize_pem()).unwrap();
+        name.to_owned()
+    }
+
+    #[test]
+    fn poll_swaps_good_pairs_and_keeps_old_on_broken() {
+        let d = tempfile::tempdir().unwrap();
+        write_pair(d.path(), "one.invalid");
+        let (mut cd, first) = CertDir::open(d.path()).unwrap();
+        assert_eq!(first.names, vec!["one.invalid"]);
+        assert!(matches!(cd.poll(), ReloadOutcome::Unchanged));
+
+        write_pair(d.path(), "two.invalid");
+        match cd.poll() {
+            ReloadOutcome::Reloaded(s) => assert_eq!(s.names, vec!["two.invalid"]),
+            o => panic!("{o:?}"),
+        }
+        let served = cd.cert().current();
+
+        std::fs::write(d.path().join(KEY_FILE), "garbage").unwrap();
+        assert!(matches!(cd.poll(), ReloadOutcome::Pending));
+        assert!(matches!(cd.poll(), ReloadOutcome::Rejected(_)));
+        assert!(matches!(cd.poll(), ReloadOutcome::Unchanged));
+        assert!(Arc::ptr_eq(&served, &cd.cert().current()));
+    }
+
+    #[test]
+    fn open_refuses_a_missing_pair() {
+        let d = tempfile::tempdir().unwrap();
+        let err = CertDir::open(d.path()).unwrap_err();
+        assert!(err.to_string().contains("tls.crt"), "{err}");
+    }
+}

@@ -1,0 +1,641 @@
+//! The terminator's proxy: accept, screen, handshake (TLS 1.3, `h2`), then copy bytes both
+//! ways to sandboxd on loopback, under a connection limit, a handshake timeout and an idle
+//! timeout; reload the certificate pair from the Secret directory; drain on shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use crate::screen::{check_established, classify_prelude, describe_server_error, Prelude, Refused};
+use crate::server::{server_config, CertDir, CertDirError, ReloadOutcome};
+
+/// Everything the terminator needs; [`TerminatorConfig::from_env`] reads it from the
+/// process environment in one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminatorConfig {
+    /// TLS listen address (default `0.0.0.0:9090`).
+    pub listen: SocketAddr,
+    /// sandboxd's address (default `127.0.0.1:9091`); must be a loopback address.
+    pub upstream: SocketAddr,
+    /// The Secret directory with `tls.crt` and `tls.key` (default `/etc/plimsoll/sandboxd-tls`).
+    pub cert_dir: PathBuf,
+    /// A client must finish the TLS handshake within this (default 10 s).
+    pub handshake_timeout: Duration,
+    /// A connection with no byte in either direction for this long is closed (default 120 s).
+    pub idle_timeout: Duration,
+    /// Connections open at once, handshaking or proxying (default 64).
+    pub max_connections: usize,
+    /// On shutdown, open connections get this long to finish (default 20 s).
+    pub drain_timeout: Duration,
+    /// How often the Secret directory is re-read (default 2 s).
+    pub reload_interval: Duration,
+    /// How long sandboxd may take to accept connections at startup (default 30 s).
+    pub startup_timeout: Duration,
+}
+
+/// Names and defaults of the environment variables the terminator reads.
+pub mod env {
+    /// Listen address.
+    pub const LISTEN: &str = "PLIMSOLL_SANDBOXD_TLS_LISTEN";
+    /// Secret directory.
+    pub const DIR: &str = "PLIMSOLL_SANDBOXD_TLS_DIR";
+    /// Upstream (sandboxd) address; for tests running several pairs on one machine.
+    pub const UPSTREAM: &str = "PLIMSOLL_SANDBOXD_TLS_UPSTREAM";
+    /// Handshake timeout, milliseconds.
+    pub const HANDSHAKE_TIMEOUT_MS: &str = "PLIMSOLL_SANDBOXD_TLS_HANDSHAKE_TIMEOUT_MS";
+    /// Idle timeout, milliseconds.
+    pub const IDLE_TIMEOUT_MS: &str = "PLIMSOLL_SANDBOXD_TLS_IDLE_TIMEOUT_MS";
+    /// Maximum open connections.
+    pub const MAX_CONNECTIONS: &str = "PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS";
+    /// Drain bound on SIGTERM, milliseconds.
+    pub const DRAIN_TIMEOUT_MS: &str = "PLIMSOLL_SANDBOXD_TLS_DRAIN_TIMEOUT_MS";
+    /// Secret poll interval, milliseconds.
+    pub const RELOAD_INTERVAL_MS: &str = "PLIMSOLL_SANDBOXD_TLS_RELOAD_INTERVAL_MS";
+    /// How long to wait for sandboxd to accept, milliseconds.
+    pub const STARTUP_TIMEOUT_MS: &str = "PLIMSOLL_SANDBOXD_TLS_STARTUP_TIMEOUT_MS";
+    /// sandboxd's path.
+    pub const SANDBOXD_BIN: &str = "PLIMSOLL_SANDBOXD_BIN";
+    /// Every `PLIMSOLL_SANDBOXD_TLS_*` variable read; others with that prefix are reported.
+    pub const ALL: [&str; 9] = [
+        LISTEN,
+        DIR,
+        UPSTREAM,
+        HANDSHAKE_TIMEOUT_MS,
+        IDLE_TIMEOUT_MS,
+        MAX_CONNECTIONS,
+        DRAIN_TIMEOUT_MS,
+        RELOAD_INTERVAL_MS,
+        STARTUP_TIMEOUT_MS,
+    ];
+}
+
+/// A bad environment variable; the message names it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}={value:?}: {why}")]
+pub struct EnvError {
+    /// The variable.
+    pub name: &'static str,
+    /// Its value.
+    pub value: String,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl Default for TerminatorConfig {
+    fn default() -> Self {
+        TerminatorConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 9090)),
+            upstream: SocketAddr::from(([127, 0, 0, 1], 9091)),
+            cert_dir: PathBuf::from("/etc/plimsoll/sandboxd-tls"),
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            max_connections: 64,
+            drain_timeout: Duration::from_secs(20),
+            reload_interval: Duration::from_secs(2),
+            startup_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl TerminatorConfig {
+    /// Reads the variables through `get` (the process environment in the binary, a map in
+    /// tests). Unset or empty means the default.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<TerminatorConfig, EnvError> {
+        let mut c = TerminatorConfig::default();
+        let val = |name: &'static str| get(name).filter(|v| !v.is_empty()).map(|v| (name, v));
+        let addr = |(name, v): (&'static str, String)| {
+            v.parse::<SocketAddr>().map_err(|_| EnvError {
+                name,
+                value: v.clone(),
+                why: "not an IP:port address".into(),
+            })
+        };
+        let ms = |(name, v): (&'static str, String)| match v.parse::<u64>() {
+            Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
+            _ => Err(EnvError {
+                name,
+                value: v.clone(),
+                why: "not a positive number of milliseconds".into(),
+            }),
+        };
+        if let Some(v) = val(env::LISTEN) {
+            c.listen = addr(v)?;
+        }
+        if let Some(v) = val(env::UPSTREAM) {
+            let a = addr(v.clone())?;
+            if !a.ip().is_loopback() {
+                return Err(EnvError {
+                    name: v.0,
+                    value: v.1,
+                    why: "sandboxd must only be reachable on a loopback address".into(),
+                });
+            }
+            c.upstream = a;
+        }
+        if let Some((_, v)) = val(env::DIR) {
+            c.cert_dir = PathBuf::from(v);
+        }
+        if let Some(v) = val(env::HANDSHAKE_TIMEOUT_MS) {
+            c.handshake_timeout = ms(v)?;
+        }
+        if let Some(v) = val(env::IDLE_TIMEOUT_MS) {
+            c.idle_timeout = ms(v)?;
+        }
+        if let Some(v) = val(env::DRAIN_TIMEOUT_MS) {
+            c.drain_timeout = ms(v)?;
+        }
+        if let Some(v) = val(env::RELOAD_INTERVAL_MS) {
+            c.reload_interval = ms(v)?;
+        }
+        if let Some(v) = val(env::STARTUP_TIMEOUT_MS) {
+            c.startup_timeout = ms(v)?;
+        }
+        if let Some((name, v)) = val(env::MAX_CONNECTIONS) {
+            c.max_connections = match v.parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    return Err(EnvError {
+                        name,
+                        value: v,
+                        why: "not a positive number".into(),
+                    })
+                }
+            };
+        }
+        Ok(c)
+    }
+}
+
+/// A failure to start serving.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TerminatorError {
+    /// The Secret directory holds no usable pair.
+    #[error("certificate directory: {0}")]
+    CertDir(#[from] CertDirError),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Log lines about failures, at most `per_window` per `window`; the next line that gets
+/// through says how many were dropped. Peer floods (probes, scanners) cannot fill the log.
+#[derive(Debug)]
+pub struct LogBudget {
+    window: Duration,
+    per_window: u32,
+    state: Mutex<(Instant, u32, u64)>,
+}
+
+impl LogBudget {
+    /// A budget of `per_window` lines per `window`.
+    pub fn new(window: Duration, per_window: u32) -> LogBudget {
+        LogBudget {
+            window,
+            per_window,
+            state: Mutex::new((Instant::now(), 0, 0)),
+        }
+    }
+
+    /// `Some(dropped_before)` when a line may be written now, `None` when it must be dropped.
+    pub fn admit(&self) -> Option<u64> {
+        self.admit_at(Instant::now())
+    }
+
+    fn admit_at(&self, now: Instant) -> Option<u64> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if now.duration_since(s.0) >= self.window {
+            s.0 = now;
+            s.1 = 0;
+        }
+        if s.1 < self.per_window {
+            s.1 += 1;
+            Some(std::mem::take(&mut s.2))
+        } else {
+            s.2 += 1;
+            None
+        }
+    }
+}
+
+macro_rules! limited_warn {
+    ($budget:expr, $($arg:tt)+) => {
+        if let Some(dropped) = $budget.admit() {
+            if dropped > 0 {
+                tracing::warn!(dropped, "{} ({} similar lines dropped before this one)", format_args!($($arg)+), dropped);
+            } else {
+                tracing::warn!($($arg)+);
+            }
+        }
+    };
+}
+
+/// Counters of what the terminator did, for logs and tests.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Connections accepted from the listener.
+    pub accepted: AtomicU64,
+    /// Connections forwarded to sandboxd.
+    pub forwarded: AtomicU64,
+    /// Connections refused before forwarding (not TLS, failed handshake, no h2, timeout).
+    pub refused: AtomicU64,
+    /// Connections closed by the idle timeout.
+    pub idle_closed: AtomicU64,
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Connections open when shutdown began.
+    pub open_at_shutdown: usize,
+    /// Connections cut at the drain bound.
+    pub cut: usize,
+}
+
+struct Shared {
+    acceptor: TlsAcceptor,
+    upstream: SocketAddr,
+    handshake_timeout: Duration,
+    idle_timeout: Duration,
+    epoch: Instant,
+    log: LogBudget,
+    counters: Arc<Counters>,
+}
+
+/// A bound terminator, ready to [`run`](Terminator::run).
+pub struct Terminator {
+    listener: TcpListener,
+    cfg: TerminatorConfig,
+    cert_dir: CertDir,
+    shared: Arc<Shared>,
+}
+
+impl Terminator {
+    /// Reads the pair from the Secret directory (an unusable pair is an error) and binds the
+    /// listen address.
+    pub async fn bind(cfg: TerminatorConfig) -> Result<Terminator, TerminatorError> {
+        let (cert_dir, summary) = CertDir::open(&cfg.cert_dir)?;
+        tracing::info!(
+            "serving certificate from {}: {summary}",
+            cfg.cert_dir.display()
+        );
+        let listener =
+            TcpListener::bind(cfg.listen)
+                .await
+                .map_err(|source| TerminatorError::Bind {
+                    addr: cfg.listen,
+                    source,
+                })?;
+        let shared = Arc::new(Shared {
+            acceptor: TlsAcceptor::from(server_config(cert_dir.cert())),
+            upstream: cfg.upstream,
+            handshake_timeout: cfg.handshake_timeout,
+            idle_timeout: cfg.idle_timeout,
+            epoch: Instant::now(),
+            log: LogBudget::new(Duration::from_secs(10), 20),
+            counters: Arc::new(Counters::default()),
+        });
+        Ok(Terminator {
+            listener,
+            cfg,
+            cert_dir,
+            shared,
+        })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> Arc<Counters> {
+        self.shared.counters.clone()
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting and gives open connections
+    /// up to the drain timeout before cutting them.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> DrainReport {
+        let Terminator {
+            listener,
+            cfg,
+            mut cert_dir,
+            shared,
+        } = self;
+        let reload = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(cfg.reload_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match cert_dir.poll() {
+                    ReloadOutcome::Reloaded(s) => tracing::info!(
+                        "reloaded certificate from {}: {s}; new connections get it, open ones keep theirs",
+                        cert_dir.dir().display()
+                    ),
+                    ReloadOutcome::Rejected(e) => tracing::error!(
+                        "rotated certificate pair refused, still serving the previous one: {e}"
+                    ),
+                    ReloadOutcome::Unchanged | ReloadOutcome::Pending => {}
+                    #[allow(unreachable_patterns)]
+                    _ => {}
+                }
+            }
+        });
+        let slots = Arc::new(Semaphore::new(cfg.max_connections));
+        let mut conns = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                permit = slots.clone().acquire_owned() => {
+                    let permit = permit.expect("the semaphore is never closed");
+                    tokio::select! {
+                        _ = &mut shutdown => break,
+                        accepted = listener.accept() => match accepted {
+                            Ok((stream, peer)) => {
+                                shared.counters.accepted.fetch_add(1, Ordering::Relaxed);
+                                let shared = shared.clone();
+                                conns.spawn(async move {
+                                    serve_connection(stream, peer, &shared).await;
+                                    drop(permit);
+                                });
+                            }
+                            Err(e) => {
+                                limited_warn!(shared.log, "accept failed: {e}");
+                                // EMFILE and friends: do not spin.
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        drop(listener);
+        reload.abort();
+        let open = conns.len();
+        tracing::info!(
+            "stopped accepting; draining {open} open connection(s) for up to {:?}",
+            cfg.drain_timeout
+        );
+        let drained = tokio::time::timeout(cfg.drain_timeout, async {
+            while conns.join_next().await.is_some() {}
+        })
+        .await;
+        let cut = if drained.is_err() {
+            let n = conns.len();
+            conns.abort_all();
+            tracing::warn!("drain bound reached: cut {n} connection(s)");
+            n
+        } else {
+            0
+        };
+        DrainReport {
+            open_at_shutdown: open,
+            cut,
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, peer: SocketAddr, sh: &Shared) {
+    let _ = stream.set_nodelay(true);
+    let tls =
+        match tokio::time::timeout(sh.handshake_timeout, accept_tls(stream, &sh.acceptor)).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(refused)) => {
+                sh.counters.refused.fetch_add(1, Ordering::Relaxed);
+                limited_warn!(sh.log, "refused {peer}: {refused}");
+                return;
+            }
+            Err(_) => {
+                sh.counters.refused.fetch_add(1, Ordering::Relaxed);
+                limited_warn!(
+                    sh.log,
+                    "refused {peer}: TLS handshake not completed within {:?}; connection dropped",
+                    sh.handshake_timeout
+                );
+                return;
+            }
+        };
+    let upstream =
+        match tokio::time::timeout(sh.handshake_timeout, TcpStream::connect(sh.upstream)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                limited_warn!(
+                    sh.log,
+                    "dropped {peer}: sandboxd at {} refused the connection: {e}",
+                    sh.upstream
+                );
+                return;
+            }
+            Err(_) => {
+                limited_warn!(
+                    sh.log,
+                    "dropped {peer}: sandboxd at {} did not accept in time",
+                    sh.upstream
+                );
+                return;
+            }
+        };
+    let _ = upstream.set_nodelay(true);
+    sh.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!("forwarding {peer} to {}", sh.upstream);
+
+    let last = Arc::new(AtomicU64::new(sh.millis()));
+    let mut client = Tracked {
+        inner: tls,
+        last: last.clone(),
+        epoch: sh.epoch,
+    };
+    let mut server = Tracked {
+        inner: upstream,
+        last: last.clone(),
+        epoch: sh.epoch,
+    };
+    let copy =
+        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut server, COPY_BUF, COPY_BUF);
+    tokio::select! {
+        r = copy => match r {
+            Ok((up, down)) => tracing::debug!("closed {peer}: {up} bytes in, {down} bytes out"),
+            Err(e) => tracing::debug!("closed {peer}: {e}"),
+        },
+        _ = idle_watch(&last, sh) => {
+            sh.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
+            limited_warn!(sh.log, "closed {peer}: idle for {:?}", sh.idle_timeout);
+        }
+    }
+}
+
+/// Bytes buffered per direction: one full TLS record, so each read of the client side can
+/// hold a whole record's plaintext and each write to it makes a full record.
+const COPY_BUF: usize = 16 * 1024;
+
+/// The screening in order: the first bytes must look like TLS, the handshake must succeed,
+/// and the client must have agreed on `h2`. Nothing is forwarded before this returns `Ok`.
+pub async fn accept_tls(
+    stream: TcpStream,
+    acceptor: &TlsAcceptor,
+) -> Result<tokio_rustls::server::TlsStream<TcpStream>, Refused> {
+    let mut first = [0u8; 24];
+    let n = stream
+        .peek(&mut first)
+        .await
+        .map_err(|e| Refused::Handshake(format!("read failed before the handshake: {e}")))?;
+    match classify_prelude(&first[..n]) {
+        Prelude::Tls => {}
+        Prelude::Empty => {
+            return Err(Refused::Handshake(
+                "connection closed before any byte was sent".into(),
+            ))
+        }
+        other => return Err(Refused::NotTls(other)),
+    }
+    let tls = acceptor.accept(stream).await.map_err(|e| {
+        Refused::Handshake(
+            match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+                Some(re) => describe_server_error(re),
+                None => e.to_string(),
+            },
+        )
+    })?;
+    check_established(tls.get_ref().1)?;
+    Ok(tls)
+}
+
+impl Shared {
+    fn millis(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+}
+
+/// Resolves once no byte has moved in either direction for the idle timeout.
+async fn idle_watch(last: &AtomicU64, sh: &Shared) {
+    let idle = sh.idle_timeout.as_millis() as u64;
+    loop {
+        let since = sh.millis().saturating_sub(last.load(Ordering::Relaxed));
+        if since >= idle {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(idle - since)).await;
+    }
+}
+
+/// A stream that stamps the time of its last successful read.
+struct Tracked<S> {
+    inner: S,
+    last: Arc<AtomicU64>,
+    epoch: Instant,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            let now = self.epoch.elapsed().as_millis() as u64;
+            self.last.store(now, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn env_defaults_and_errors_name_the_variable() {
+        let none = |_: &str| None;
+        assert_eq!(
+            TerminatorConfig::from_env(none).unwrap(),
+            TerminatorConfig::default()
+        );
+        let m: HashMap<&str, &str> = [
+            (env::LISTEN, "127.0.0.5:0"),
+            (env::UPSTREAM, "127.0.0.5:7000"),
+            (env::MAX_CONNECTIONS, "3"),
+            (env::HANDSHAKE_TIMEOUT_MS, "250"),
+        ]
+        .into();
+        let c = TerminatorConfig::from_env(|k| m.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(c.listen, "127.0.0.5:0".parse().unwrap());
+        assert_eq!(c.upstream, "127.0.0.5:7000".parse().unwrap());
+        assert_eq!(c.max_connections, 3);
+        assert_eq!(c.handshake_timeout, Duration::from_millis(250));
+
+        for (k, v) in [
+            (env::UPSTREAM, "10.0.0.1:9091"),
+            (env::LISTEN, "nope"),
+            (env::IDLE_TIMEOUT_MS, "0"),
+            (env::MAX_CONNECTIONS, "-1"),
+        ] {
+            let e = TerminatorConfig::from_env(|n| (n == k).then(|| v.to_string())).unwrap_err();
+            assert_eq!(e.name, k);
+            assert!(e.to_string().contains(k));
+        }
+    }
+
+    #[test]
+    fn log_budget_drops_and_counts() {
+        let b = LogBudget::new(Duration::from_secs(10), 2);
+        let t0 = b.state.lock().unwrap().0;
+        assert_eq!(b.admit_at(t0), Some(0));
+        assert_eq!(b.admit_at(t0), Some(0));
+        assert_eq!(b.admit_at(t0 + Duration::from_secs(1)), None);
+        assert_eq!(b.admit_at(t0 + Duration::from_secs(2)), None);
+        // A fresh window reports what was dropped.
+        assert_eq!(b.admit_at(t0 + Duration::from_secs(11)), Some(2));
+        assert_eq!(b.admit_at(t0 + Duration::from_secs(11)), Some(0));
+    }
+}
