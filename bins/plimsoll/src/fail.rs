@@ -1,0 +1,67 @@
+//! The one place that turns a failure into an exit code and a one-line message.
+
+use plimsoll_client::ClientError;
+
+/// The answer failed the record check, or an unmarked error: the code may have run.
+pub const MAY_HAVE_RUN: u8 = 1;
+/// A usage or configuration error.
+pub const USAGE: u8 = 2;
+/// Refused with the not-dispatched mark: nothing ran.
+pub const REFUSED: u8 = 3;
+/// Could not connect (or start the embedded daemon): nothing was sent.
+pub const CONNECT: u8 = 4;
+
+/// A failure: the exit code and the line printed on stderr.
+#[derive(Debug)]
+pub struct Fail {
+    /// The process exit code.
+    pub code: u8,
+    /// One line for stderr.
+    pub message: String,
+}
+
+impl Fail {
+    /// Exit 2: a usage or configuration error naming the bad flag or file.
+    pub fn usage(message: impl Into<String>) -> Fail {
+        Fail {
+            code: USAGE,
+            message: message.into(),
+        }
+    }
+
+    /// Exit 4: nothing was sent.
+    pub fn connect(message: impl Into<String>) -> Fail {
+        Fail {
+            code: CONNECT,
+            message: message.into(),
+        }
+    }
+
+    /// Exit 1: the code may have run.
+    pub fn may_have_run(message: impl Into<String>) -> Fail {
+        Fail {
+            code: MAY_HAVE_RUN,
+            message: message.into(),
+        }
+    }
+
+    /// A usage error from an `anyhow` chain, all causes on one line.
+    pub fn usage_from(e: anyhow::Error) -> Fail {
+        Fail::usage(format!("{e:#}"))
+    }
+}
+
+impl From<ClientError> for Fail {
+    fn from(e: ClientError) -> Fail {
+        let code = match &e {
+            ClientError::Connect { .. } => CONNECT,
+            ClientError::Refused { .. } => REFUSED,
+            // MayHaveRun, Check, and anything added later: assume the code may have run.
+            _ => MAY_HAVE_RUN,
+        };
+        Fail {
+            code,
+            message: e.to_string(),
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! plimsoll: the caller's CLI. Runs JavaScript or a project through a plimsolld (or, with
+//! no address, through an embedded daemon with the process provider), checks every answer's
+//! run record, manages the callers file, and recomputes record digests for auditors.
+//!
+//! It must never report an answer that failed the record check as a success, never call
+//! an unmarked error "not dispatched", and never print or log a token except the one
+//! `callers add` issues, once, on stdout.
+//!
+//! `main` is a policy about exit codes (see [`EXIT_CODES`]); the commands live in modules.
+
+mod callers_cmd;
+mod fail;
+mod project;
+mod record_cmd;
+mod run_cmd;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::fail::Fail;
+
+/// The exit codes of `run` and `describe`, stable for scripts.
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  the run was answered and its record checked (the program's own exit code is
+     printed; with --exit-code plimsoll exits with it instead)
+  1  the answer failed the record check, or an error came back without a
+     not-dispatched mark: the code may have run; do not retry automatically
+  2  usage or configuration error (one line naming the bad flag or file)
+  3  refused, not dispatched: nothing ran; prints `not dispatched (<reason>): <message>`
+  4  could not connect, or the embedded daemon did not start: nothing was sent";
+
+const RECORD_EXIT_CODES: &str = "\
+Exit codes:
+  0  all three digests match the record in the response
+  1  at least one digest differs, or the response carries no record
+  2  usage error, or a file that cannot be read as proto3 JSON";
+
+const CALLERS_EXIT_CODES: &str = "\
+Exit codes:
+  0  done
+  2  usage error, or the callers file cannot be read, is invalid, or cannot be written";
+
+/// The caller's CLI for plimsoll.
+#[derive(Debug, Parser)]
+#[command(name = "plimsoll", version, propagate_version = true, after_help = EXIT_CODES)]
+struct Cli {
+    /// Log format on stderr: text (default on a terminal) or json (default otherwise).
+    /// RUST_LOG sets the level.
+    #[arg(long, value_enum, global = true)]
+    log_format: Option<plimsoll_log::LogFormat>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a JavaScript snippet or a project and check the answer's run record.
+    #[command(after_help = EXIT_CODES)]
+    Run(run_cmd::RunArgs),
+    /// Ask the daemon what it serves: protocol, provider, tier, languages, limits.
+    #[command(after_help = EXIT_CODES)]
+    Describe(run_cmd::DescribeArgs),
+    /// Manage the callers file (token fingerprints and scopes); daemons read it at startup.
+    #[command(subcommand)]
+    Callers(CallersCommand),
+    /// Run records: recompute digests for auditing.
+    #[command(subcommand)]
+    Record(RecordCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum CallersCommand {
+    /// Add a caller and print its new token once on stdout.
+    #[command(after_help = CALLERS_EXIT_CODES)]
+    Add(callers_cmd::AddArgs),
+    /// List callers: ids and scopes, never fingerprints.
+    #[command(after_help = CALLERS_EXIT_CODES)]
+    List(callers_cmd::ListArgs),
+    /// Remove a caller; its token stops working when daemons restart.
+    #[command(after_help = CALLERS_EXIT_CODES)]
+    Revoke(callers_cmd::RevokeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum RecordCommand {
+    /// Recompute request_sha256, result_sha256 and record_sha256 from a request and a
+    /// response in proto3 JSON, and say whether each matches the response's record.
+    #[command(after_help = RECORD_EXIT_CODES)]
+    Digest(record_cmd::DigestArgs),
+}
+
+/// Where the daemon is and how to authenticate to it (shared by run and describe).
+#[derive(Debug, Clone, Args)]
+pub struct Conn {
+    /// Daemon address: http://host:port, https://host:port, or host:port (plain HTTP/2).
+    /// Without it (and without PLIMSOLL_ADDR) an embedded daemon with the process provider
+    /// is started for this one command.
+    #[arg(long, env = "PLIMSOLL_ADDR", value_name = "URL")]
+    pub addr: Option<String>,
+    /// File holding the bearer token (surrounding whitespace is ignored).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// PEM CA certificates an https:// daemon's certificate must chain to.
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+}
+
+/// clap's error as one line: its first paragraph with the whitespace folded.
+fn one_line(err: &clap::Error) -> String {
+    let text = err.render().to_string();
+    let first = text.split("\n\n").next().unwrap_or(&text);
+    first.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("plimsoll: {}", one_line(&e));
+            return ExitCode::from(fail::USAGE);
+        }
+    };
+    plimsoll_log::init(cli.log_format);
+    let outcome = match cli.command {
+        Command::Callers(CallersCommand::Add(a)) => callers_cmd::add(a),
+        Command::Callers(CallersCommand::List(a)) => callers_cmd::list(a),
+        Command::Callers(CallersCommand::Revoke(a)) => callers_cmd::revoke(a),
+        Command::Record(RecordCommand::Digest(a)) => record_cmd::digest(a),
+        Command::Run(a) => block_on(run_cmd::run(a)),
+        Command::Describe(a) => block_on(run_cmd::describe(a)),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(Fail { code, message }) => {
+            eprintln!("plimsoll: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn block_on<F: std::future::Future<Output = Result<u8, Fail>>>(f: F) -> Result<u8, Fail> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Fail::connect(format!("cannot start the async runtime: {e}")))?;
+    rt.block_on(f)
+}

@@ -1,0 +1,543 @@
+//! `plimsoll run` and `plimsoll describe`: build the request, reach a daemon (remote, or
+//! an embedded one with the process provider), check the answer, print it.
+
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use clap::{ArgGroup, Args};
+use plimsoll_callers::{fingerprint, generate_token, Caller, CallersFile, Registry, SCOPE_RUN};
+use plimsoll_client::{pb, Client, ClientOptions};
+use plimsoll_core::validate::MAX_REQUEST_BYTES;
+use plimsoll_core::PROTOCOL;
+
+use crate::fail::Fail;
+use crate::project::{parse_timeout, read_project};
+use crate::Conn;
+
+/// Arguments of `plimsoll run`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("payload").required(true).args(["eval", "file", "project"])))]
+pub struct RunArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// The weakest isolation tier acceptable; a daemon that cannot meet it refuses before
+    /// anything runs (exit 3).
+    #[arg(long, value_name = "TIER", value_parser = ["process", "container", "kernel", "vm"])]
+    floor: Option<String>,
+    /// Deadline for the whole run: milliseconds (5000, 500ms), seconds (5s) or minutes (2m).
+    /// Without it the daemon's default applies.
+    #[arg(long, value_name = "DUR", value_parser = parse_timeout)]
+    timeout: Option<i32>,
+    /// Print the answer as proto3 JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Exit with the program's exit code instead of 0 once the answer checks (a project:
+    /// its last step's code when completed, 124 when timed out, 125 for any other outcome;
+    /// codes outside 0-255 become 255).
+    #[arg(long)]
+    exit_code: bool,
+    /// JavaScript code to run.
+    #[arg(short = 'e', long = "eval", value_name = "CODE")]
+    eval: Option<String>,
+    /// A JavaScript file to run, or - to read the code from stdin.
+    #[arg(value_name = "FILE.js")]
+    file: Option<PathBuf>,
+    /// Send every regular text file under DIR (relative paths; .git skipped; symbolic
+    /// links not followed; non-UTF-8 files refused) and run the --step commands in it.
+    #[arg(long, value_name = "DIR", requires = "step")]
+    project: Option<PathBuf>,
+    /// A shell command line to run in the project, in order, under one shared deadline
+    /// (repeat for more steps).
+    #[arg(long, value_name = "CMD")]
+    step: Vec<String>,
+    /// A file the project produces that should come back in the answer (repeatable).
+    #[arg(long, value_name = "PATH")]
+    artifact: Vec<String>,
+}
+
+/// Arguments of `plimsoll describe`.
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    #[command(flatten)]
+    conn: Conn,
+    /// Print the answer as proto3 JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A client and, when no address was given, the embedded daemon it talks to.
+struct Session {
+    client: Client,
+    daemon: Option<plimsoll_daemon::RunningDaemon>,
+}
+
+impl Session {
+    async fn open(conn: &Conn) -> Result<Session, Fail> {
+        match conn
+            .addr
+            .as_deref()
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            Some(addr) => {
+                let url = if addr.contains("://") {
+                    addr.to_owned()
+                } else {
+                    format!("http://{addr}")
+                };
+                let token = conn.token_file.as_deref().map(read_token).transpose()?;
+                let client = Client::connect(
+                    &url,
+                    ClientOptions {
+                        token,
+                        ca_file: conn.ca_file.clone(),
+                    },
+                )
+                .await?;
+                Ok(Session {
+                    client,
+                    daemon: None,
+                })
+            }
+            None => {
+                if conn.token_file.is_some() || conn.ca_file.is_some() {
+                    tracing::warn!("--token-file and --ca-file are ignored without --addr: the embedded daemon issues its own token");
+                }
+                Session::embedded().await
+            }
+        }
+    }
+
+    /// Starts an in-process daemon with the process provider that accepts one caller,
+    /// whose token lives only in this process's memory.
+    async fn embedded() -> Result<Session, Fail> {
+        let token = generate_token();
+        let file = CallersFile {
+            clients: vec![Caller {
+                id: "embedded".into(),
+                token_sha256: fingerprint(&token),
+                scopes: vec![SCOPE_RUN.into()],
+            }],
+        };
+        let registry =
+            Registry::new(file).map_err(|e| Fail::connect(format!("embedded daemon: {e}")))?;
+        let daemon = plimsoll_daemon::start(plimsoll_daemon::Config::embedded(registry))
+            .await
+            .map_err(|e| Fail::connect(format!("the embedded daemon did not start: {e}")))?;
+        let url = format!("http://{}", daemon.rpc_addr());
+        tracing::info!(addr = %url, "embedded daemon started with the process provider");
+        let client = match Client::connect(
+            &url,
+            ClientOptions {
+                token: Some(token),
+                ca_file: None,
+            },
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                daemon.shutdown().await;
+                return Err(e.into());
+            }
+        };
+        Ok(Session {
+            client,
+            daemon: Some(daemon),
+        })
+    }
+
+    async fn close(self) {
+        drop(self.client);
+        if let Some(d) = self.daemon {
+            d.shutdown().await;
+        }
+    }
+}
+
+fn read_token(path: &Path) -> Result<String, Fail> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Fail::usage(format!("--token-file {}: {e}", path.display())))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(Fail::usage(format!(
+            "--token-file {}: the file is empty",
+            path.display()
+        )));
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Fail::usage(format!(
+            "--token-file {}: a token is one run of visible ASCII characters",
+            path.display()
+        )));
+    }
+    Ok(token.to_owned())
+}
+
+fn build_request(args: &RunArgs) -> Result<pb::RunRequest, Fail> {
+    use pb::run_request::Payload;
+    // Checked here rather than with clap's `requires`, which lets `--step` through when
+    // another payload flag satisfies the group.
+    if args.project.is_none() {
+        if let Some(flag) = [("--step", &args.step), ("--artifact", &args.artifact)]
+            .iter()
+            .find_map(|(f, v)| (!v.is_empty()).then_some(f))
+        {
+            return Err(Fail::usage(format!("{flag} needs --project DIR")));
+        }
+    }
+    let payload = if let Some(code) = &args.eval {
+        Payload::Javascript(pb::JavaScriptRun {
+            code: code.clone(),
+            grant_profile: String::new(),
+        })
+    } else if let Some(file) = &args.file {
+        let code = if file.as_os_str() == "-" {
+            let mut s = String::new();
+            io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| Fail::usage(format!("stdin: cannot read JavaScript code: {e}")))?;
+            s
+        } else {
+            std::fs::read_to_string(file)
+                .map_err(|e| Fail::usage(format!("{}: {e}", file.display())))?
+        };
+        Payload::Javascript(pb::JavaScriptRun {
+            code,
+            grant_profile: String::new(),
+        })
+    } else if let Some(dir) = &args.project {
+        for a in &args.artifact {
+            plimsoll_core::validate::check_relative_path(a)
+                .map_err(|e| Fail::usage(format!("--artifact {a:?}: {e}")))?;
+        }
+        Payload::Project(pb::ProjectRun {
+            files: read_project(dir).map_err(Fail::usage_from)?,
+            steps: args.step.clone(),
+            artifacts: args.artifact.clone(),
+            grant_profile: String::new(),
+        })
+    } else {
+        return Err(Fail::usage(
+            "give -e CODE, FILE.js, or --project DIR --step CMD",
+        ));
+    };
+    let req = pb::RunRequest {
+        protocol: PROTOCOL,
+        minimum_isolation: args.floor.clone().unwrap_or_default(),
+        trace_id: String::new(),
+        timeout_ms: args.timeout.unwrap_or(0),
+        software_rule: None,
+        payload: Some(payload),
+    };
+    let size = prost_len(&req);
+    if size > MAX_REQUEST_BYTES {
+        return Err(Fail::usage(format!(
+            "the request would be {size} bytes; a daemon accepts at most {MAX_REQUEST_BYTES}"
+        )));
+    }
+    Ok(req)
+}
+
+fn prost_len(req: &pb::RunRequest) -> usize {
+    prost::Message::encoded_len(req)
+}
+
+/// `plimsoll run`.
+pub async fn run(args: RunArgs) -> Result<u8, Fail> {
+    let req = build_request(&args)?;
+    let mut session = Session::open(&args.conn).await?;
+    let answer = session.client.run(req).await;
+    session.close().await;
+    let resp = answer?;
+    let mut out = io::stdout().lock();
+    let written = if args.json {
+        serde_json::to_string_pretty(&resp)
+            .map_err(io::Error::other)
+            .and_then(|s| writeln!(out, "{s}"))
+    } else {
+        print_run(&resp, &mut out)
+    };
+    written.and_then(|()| out.flush()).map_err(|e| {
+        Fail::may_have_run(format!("the answer checked but could not be printed: {e}"))
+    })?;
+    Ok(if args.exit_code {
+        program_exit_code(&resp)
+    } else {
+        0
+    })
+}
+
+/// `plimsoll describe`.
+pub async fn describe(args: DescribeArgs) -> Result<u8, Fail> {
+    let mut session = Session::open(&args.conn).await?;
+    let answer = session.client.describe().await;
+    session.close().await;
+    let d = answer?;
+    let mut out = io::stdout().lock();
+    let written = if args.json {
+        serde_json::to_string_pretty(&d)
+            .map_err(io::Error::other)
+            .and_then(|s| writeln!(out, "{s}"))
+    } else {
+        print_describe(&d, &mut out)
+    };
+    written
+        .and_then(|()| out.flush())
+        .map_err(|e| Fail::usage(format!("stdout: {e}")))?;
+    Ok(0)
+}
+
+fn clamp_exit(code: i32) -> u8 {
+    u8::try_from(code).unwrap_or(255)
+}
+
+/// The exit code `--exit-code` returns (documented on the flag).
+fn program_exit_code(resp: &pb::RunResponse) -> u8 {
+    use pb::run_response::Result as R;
+    use pb::ProjectOutcome as O;
+    match &resp.result {
+        Some(R::Javascript(j)) => clamp_exit(j.exit_code),
+        Some(R::Cell(c)) => clamp_exit(c.exit_code),
+        Some(R::Project(p)) => match O::try_from(p.outcome) {
+            Ok(O::Completed) => p.steps.last().map_or(0, |s| clamp_exit(s.exit_code)),
+            Ok(O::TimedOut) => 124,
+            _ => 125,
+        },
+        Some(R::Module(m)) => match O::try_from(m.outcome) {
+            Ok(O::Completed) => 0,
+            Ok(O::TimedOut) => 124,
+            _ => 125,
+        },
+        None => 125,
+    }
+}
+
+fn stream(out: &mut impl Write, name: &str, bytes: &[u8], truncated: bool) -> io::Result<()> {
+    if bytes.is_empty() && !truncated {
+        return writeln!(out, "{name}: (empty)");
+    }
+    let note = if truncated { " (truncated)" } else { "" };
+    writeln!(out, "--- {name}{note} ---")?;
+    out.write_all(bytes)?;
+    if !bytes.ends_with(b"\n") {
+        writeln!(out)?;
+    }
+    writeln!(out, "--- end of {name} ---")
+}
+
+fn outcome_name(n: i32) -> String {
+    match pb::ProjectOutcome::try_from(n) {
+        Ok(pb::ProjectOutcome::Completed) => "completed".into(),
+        Ok(pb::ProjectOutcome::SetupFailed) => "setup_failed".into(),
+        Ok(pb::ProjectOutcome::TimedOut) => "timed_out".into(),
+        Ok(pb::ProjectOutcome::ProtocolError) => "protocol_error".into(),
+        _ => format!("unspecified ({n})"),
+    }
+}
+
+fn print_run(resp: &pb::RunResponse, out: &mut impl Write) -> io::Result<()> {
+    use pb::run_response::Result as R;
+    writeln!(out, "provider:  {}", resp.sandbox)?;
+    writeln!(out, "isolation: {}", resp.isolation)?;
+    match &resp.result {
+        Some(R::Javascript(j)) => {
+            let t = if j.timed_out { " (timed out)" } else { "" };
+            writeln!(out, "exit code: {}{t}", j.exit_code)?;
+            writeln!(out, "duration:  {} ms", resp.duration_ms)?;
+            stream(out, "stdout", &j.stdout, j.stdout_truncated)?;
+            stream(out, "stderr", &j.stderr, j.stderr_truncated)?;
+        }
+        Some(R::Project(p)) => {
+            let detail = if p.outcome_detail.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", p.outcome_detail)
+            };
+            writeln!(out, "outcome:   {}{detail}", outcome_name(p.outcome))?;
+            writeln!(out, "duration:  {} ms", resp.duration_ms)?;
+            for (i, s) in p.steps.iter().enumerate() {
+                let n = i + 1;
+                let t = if s.timed_out { ", timed out" } else { "" };
+                writeln!(
+                    out,
+                    "step {n}:    exit code {}{t}, {} ms: {}",
+                    s.exit_code, s.duration_ms, s.command
+                )?;
+                stream(
+                    out,
+                    &format!("step {n} stdout"),
+                    &s.stdout,
+                    s.stdout_truncated,
+                )?;
+                stream(
+                    out,
+                    &format!("step {n} stderr"),
+                    &s.stderr,
+                    s.stderr_truncated,
+                )?;
+            }
+            for a in &p.artifacts {
+                writeln!(out, "artifact:  {} ({} bytes)", a.path, a.content.len())?;
+            }
+            if p.artifacts_truncated {
+                writeln!(out, "artifacts: truncated (some were left out)")?;
+            }
+        }
+        Some(R::Cell(c)) => {
+            writeln!(out, "exit code: {}", c.exit_code)?;
+            writeln!(out, "duration:  {} ms", resp.duration_ms)?;
+            stream(out, "stdout", &c.stdout, c.stdout_truncated)?;
+            stream(out, "stderr", &c.stderr, c.stderr_truncated)?;
+        }
+        Some(R::Module(m)) => {
+            writeln!(out, "outcome:   {}", outcome_name(m.outcome))?;
+            writeln!(out, "duration:  {} ms", resp.duration_ms)?;
+        }
+        None => writeln!(out, "result:    (none)")?,
+    }
+    if let Some(rec) = &resp.record {
+        writeln!(out, "record:    {}", rec.record_sha256)?;
+        writeln!(out, "request:   {}", rec.request_sha256)?;
+        writeln!(out, "result:    {}", rec.result_sha256)?;
+    }
+    Ok(())
+}
+
+fn print_env(
+    out: &mut impl Write,
+    name: &str,
+    e: Option<&pb::PayloadEnvironment>,
+) -> io::Result<()> {
+    let Some(e) = e else {
+        return Ok(());
+    };
+    let langs = if e.languages.is_empty() {
+        "-".to_owned()
+    } else {
+        e.languages.join(", ")
+    };
+    writeln!(
+        out,
+        "{name:<11} languages {langs}; max timeout {} ms{}",
+        e.max_timeout_ms,
+        if e.identity.is_empty() {
+            String::new()
+        } else {
+            format!("; environment {}", e.identity)
+        }
+    )
+}
+
+fn print_describe(d: &pb::DescribeResponse, out: &mut impl Write) -> io::Result<()> {
+    writeln!(out, "protocol:   {}", d.protocol)?;
+    writeln!(out, "provider:   {}", d.sandbox)?;
+    writeln!(out, "isolation:  {}", d.isolation)?;
+    if !d.policy.is_empty() {
+        writeln!(out, "policy:     {}", d.policy)?;
+    }
+    print_env(out, "javascript:", d.javascript_environment.as_ref())?;
+    if d.supports_project {
+        print_env(out, "project:", d.project_environment.as_ref())?;
+    } else {
+        writeln!(out, "project:    unsupported")?;
+    }
+    if d.supports_sessions {
+        writeln!(
+            out,
+            "sessions:   on (lifetime {} ms, idle timeout {} ms)",
+            d.session_lifetime_ms, d.session_idle_timeout_ms
+        )?;
+    } else {
+        writeln!(out, "sessions:   off")?;
+    }
+    if let Some(r) = &d.resources {
+        writeln!(
+            out,
+            "limits:     memory {} MiB, cpus {}, pids {}, disk {} MiB (0 = provider default)",
+            r.memory_mb, r.cpus, r.pids, r.disk_mb
+        )?;
+    }
+    if d.max_concurrent > 0 {
+        writeln!(out, "concurrent: {}", d.max_concurrent)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn js(code: i32, timed_out: bool) -> pb::RunResponse {
+        pb::RunResponse {
+            result: Some(pb::run_response::Result::Javascript(pb::JavaScriptResult {
+                exit_code: code,
+                timed_out,
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn exit_code_policy() {
+        assert_eq!(program_exit_code(&js(0, false)), 0);
+        assert_eq!(program_exit_code(&js(7, false)), 7);
+        assert_eq!(program_exit_code(&js(-9, false)), 255);
+        assert_eq!(program_exit_code(&js(300, false)), 255);
+        let project = |outcome: pb::ProjectOutcome, codes: &[i32]| pb::RunResponse {
+            result: Some(pb::run_response::Result::Project(pb::ProjectResult {
+                outcome: outcome as i32,
+                steps: codes
+                    .iter()
+                    .map(|c| pb::StepResult {
+                        exit_code: *c,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        assert_eq!(
+            program_exit_code(&project(pb::ProjectOutcome::Completed, &[0, 3])),
+            3
+        );
+        assert_eq!(
+            program_exit_code(&project(pb::ProjectOutcome::Completed, &[])),
+            0
+        );
+        assert_eq!(
+            program_exit_code(&project(pb::ProjectOutcome::TimedOut, &[0])),
+            124
+        );
+        assert_eq!(
+            program_exit_code(&project(pb::ProjectOutcome::SetupFailed, &[])),
+            125
+        );
+    }
+
+    #[test]
+    fn text_output_shows_the_essentials() {
+        let mut resp = js(0, false);
+        resp.sandbox = "process".into();
+        resp.isolation = "process".into();
+        if let Some(pb::run_response::Result::Javascript(j)) = &mut resp.result {
+            j.stdout = b"42\n".to_vec();
+        }
+        resp.record = Some(pb::RunRecord {
+            record_sha256: "ab".repeat(32),
+            ..Default::default()
+        });
+        let mut buf = Vec::new();
+        print_run(&resp, &mut buf).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert!(text.contains("isolation: process"), "{text}");
+        assert!(text.contains("\n42\n"), "{text}");
+        assert!(
+            text.contains(&format!("record:    {}", "ab".repeat(32))),
+            "{text}"
+        );
+        assert!(text.contains("stderr: (empty)"), "{text}");
+    }
+}
