@@ -173,7 +173,7 @@ async fn stamped_answer_passes_and_the_token_is_sent() {
 }
 
 #[tokio::test]
-async fn one_changed_byte_of_stdout_fails_the_check() {
+async fn tampered_stdout_fails_the_record_check() {
     let (addr, _) = serve(Answer::TamperedStdout).await;
     let mut c = client(&addr).await;
     let e = c.run(js_request("")).await.unwrap_err();
@@ -233,7 +233,7 @@ async fn unmarked_error_may_have_run() {
 }
 
 #[tokio::test]
-async fn answer_below_the_floor_fails_the_check() {
+async fn tier_below_the_floor_fails_the_check() {
     let (addr, _) = serve(Answer::Tier("process")).await;
     let mut c = client(&addr).await;
     let e = c.run(js_request("vm")).await.unwrap_err();
