@@ -1,87 +1,15 @@
-//! Providers: each owns one kind of wall and states its tier from evidence checked at
-//! startup. The daemon talks to them only through [`Provider`].
+//! The providers built into plimsolld, and the factory that picks one from the
+//! configuration. The interface itself is `plimsoll_provider`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use plimsoll_core::{pb, Refusal, Tier};
+use plimsoll_core::{Refusal, Tier};
 use plimsoll_runner::{RunEnv, Runner, RunnerConfig};
 
+pub use plimsoll_provider::{Answer, Facts, Provider, ProviderError, ProviderStartError, Work};
+
 use crate::config::{Config, ProviderKind};
-
-/// What a provider states about itself, after its startup checks.
-#[derive(Debug, Clone, Default)]
-pub struct Facts {
-    /// The provider's name (`process`, `docker`, `agentsandbox`, `disabled`).
-    pub name: String,
-    /// The tier runs actually get; `None` for the disabled provider.
-    pub tier: Option<Tier>,
-    /// The outer environment identity (content-addressed), or empty.
-    pub environment: String,
-    /// The software identity of what runs, or empty when the provider states none.
-    pub software_identity: String,
-    /// Languages the startup checks proved.
-    pub languages: Vec<String>,
-    /// Whether project payloads are supported.
-    pub supports_project: bool,
-    /// The provider's ceiling on a run's deadline.
-    pub max_timeout_ms: u32,
-    /// Verified sandbox policy digest, or empty.
-    pub policy: String,
-}
-
-/// A payload the daemon admitted.
-#[derive(Debug, Clone)]
-pub enum Work {
-    /// A JavaScript snippet.
-    Javascript(pb::JavaScriptRun),
-    /// A project.
-    Project(pb::ProjectRun),
-}
-
-/// A provider's answer.
-#[derive(Debug, Clone)]
-pub enum Answer {
-    /// A snippet's result.
-    Javascript(pb::JavaScriptResult),
-    /// A project's result.
-    Project(pb::ProjectResult),
-}
-
-/// A provider failure. Only [`ProviderError::Refused`] promises that nothing ran.
-#[derive(Debug, thiserror::Error)]
-pub enum ProviderError {
-    /// Nothing ran; the refusal carries its reason.
-    #[error(transparent)]
-    Refused(#[from] Refusal),
-    /// Something failed after the payload may have started.
-    #[error("{0}")]
-    Failed(String),
-}
-
-/// A startup failure of a provider, naming what to fix.
-#[derive(Debug, thiserror::Error)]
-#[error("provider {provider}: {message}")]
-pub struct ProviderStartError {
-    /// The provider.
-    pub provider: String,
-    /// What failed and what to do.
-    pub message: String,
-}
-
-/// One kind of wall.
-#[async_trait::async_trait]
-pub trait Provider: Send + Sync {
-    /// What the provider states (valid after `start`).
-    fn facts(&self) -> Facts;
-    /// Startup checks and the smoke test: one real run through the wall. Nothing is
-    /// served until this succeeds.
-    async fn start(&self) -> Result<(), ProviderStartError>;
-    /// Whether the provider can take runs now (`/readyz`).
-    async fn ready(&self) -> bool;
-    /// Runs one admitted payload under `timeout`.
-    async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError>;
-}
 
 /// Builds the provider the configuration names.
 pub fn build(cfg: &Config) -> Result<Arc<dyn Provider>, ProviderStartError> {
