@@ -65,3 +65,43 @@ impl From<ClientError> for Fail {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plimsoll_client::pb;
+    use plimsoll_core::check::CheckError;
+    use plimsoll_core::Refusal;
+
+    #[test]
+    fn client_errors_map_to_the_documented_exit_codes() {
+        let refused: Fail = ClientError::Refused {
+            reason: plimsoll_core::Reason::Isolation,
+            status: Refusal::isolation("floor vm").to_status(),
+        }
+        .into();
+        assert_eq!(refused.code, REFUSED);
+        assert_eq!(refused.message, "not dispatched (isolation): floor vm");
+
+        let unmarked: Fail = ClientError::MayHaveRun {
+            status: tonic::Status::internal("boom"),
+        }
+        .into();
+        assert_eq!(unmarked.code, MAY_HAVE_RUN);
+
+        let check: Fail = ClientError::Check {
+            error: CheckError::NoRecord,
+            answer: Box::new(pb::RunResponse::default()),
+        }
+        .into();
+        assert_eq!(check.code, MAY_HAVE_RUN);
+        assert!(check.message.contains("may have run"), "{}", check.message);
+
+        let connect: Fail = ClientError::Connect {
+            addr: "http://127.0.0.1:1".into(),
+            detail: "refused".into(),
+        }
+        .into();
+        assert_eq!(connect.code, CONNECT);
+    }
+}
