@@ -16,6 +16,13 @@ pub fn build(cfg: &Config) -> Result<Arc<dyn Provider>, ProviderStartError> {
     match cfg.provider {
         ProviderKind::Disabled => Ok(Arc::new(Disabled)),
         ProviderKind::Process => Ok(Arc::new(ProcessProvider::new(cfg)?)),
+        ProviderKind::Docker => {
+            let docker = cfg.docker.clone().ok_or_else(|| ProviderStartError {
+                provider: "docker".into(),
+                message: "SANDBOX_DOCKER_IMAGE is not set".into(),
+            })?;
+            Ok(Arc::new(plimsoll_docker::DockerProvider::new(docker)?))
+        }
         other => Err(ProviderStartError {
             provider: other.as_str().into(),
             message: format!(
@@ -114,11 +121,15 @@ impl Provider for ProcessProvider {
 
     async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError> {
         let env = RunEnv::default();
-        let spawn_failed = |e: plimsoll_runner::RunnerError| {
-            // The runner reports its own failures before any program started.
-            ProviderError::Refused(Refusal::environment(format!(
-                "the process provider could not start the run: {e}"
-            )))
+        let spawn_failed = |e: plimsoll_runner::RunnerError| match e {
+            // Setup and spawn failures happen before any program of the run started.
+            plimsoll_runner::RunnerError::Setup(_) | plimsoll_runner::RunnerError::Spawn { .. } => {
+                ProviderError::Refused(Refusal::environment(format!(
+                    "the process provider could not start the run: {e}"
+                )))
+            }
+            // Anything else came after a program started: it may have run.
+            other => ProviderError::Failed(other.to_string()),
         };
         match work {
             Work::Javascript(js) => {
