@@ -48,7 +48,7 @@ Exit codes:
 #[command(name = "plimsoll", version, propagate_version = true, after_help = EXIT_CODES)]
 struct Cli {
     /// Log format on stderr: text (default on a terminal) or json (default otherwise).
-    /// RUST_LOG sets the level.
+    /// RUST_LOG sets the level (default warn).
     #[arg(long, value_enum, global = true)]
     log_format: Option<plimsoll_log::LogFormat>,
     #[command(subcommand)]
@@ -128,7 +128,7 @@ fn main() -> ExitCode {
             return ExitCode::from(fail::USAGE);
         }
     };
-    plimsoll_log::init(cli.log_format);
+    plimsoll_log::init_at(cli.log_format, "warn");
     let outcome = match cli.command {
         Command::Callers(CallersCommand::Add(a)) => callers_cmd::add(a),
         Command::Callers(CallersCommand::List(a)) => callers_cmd::list(a),

@@ -13,15 +13,22 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber. `None` picks text on a terminal, JSON otherwise.
+/// Installs the global subscriber at level `info`. `None` picks text on a terminal, JSON
+/// otherwise.
 pub fn init(format: Option<LogFormat>) {
+    init_at(format, "info")
+}
+
+/// Like [`init`], with another default level (`RUST_LOG` still wins). The caller's CLI uses
+/// `warn`, so its embedded daemon's startup lines do not bury the answer.
+pub fn init_at(format: Option<LogFormat>, default_level: &str) {
     let format = format.unwrap_or(if std::io::stderr().is_terminal() {
         LogFormat::Text
     } else {
         LogFormat::Json
     });
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| default_level.into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
