@@ -56,8 +56,9 @@
 //!
 //! A program that leaves its process group, removes the tag from its environment *and*
 //! leaves the working directory (`cd / && setsid env -i sleep 1000 &`) escapes the sweep.
-//! The process tier is no wall; the container tiers bound such a program with their PID
-//! namespace and cgroup.
+//! So does a set-user-ID program started in the background that left the process group:
+//! /proc hides its environment. The process tier is no wall; the container tiers bound such
+//! a program with their PID namespace and cgroup.
 
 mod env;
 mod exec;

@@ -3,6 +3,7 @@
 //! inside the run's working directory.
 
 use std::collections::BTreeSet;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -73,7 +74,7 @@ fn scan(tag: &str, workdir: Option<&Path>) -> Vec<Proc> {
         }
         let tagged = environ.split(|b| *b == 0).any(|v| v == needle.as_slice());
         let cwd_inside = workdir.is_some_and(|w| {
-            std::fs::read_link(base.join("cwd")).is_ok_and(|cwd| cwd.starts_with(w))
+            std::fs::read_link(base.join("cwd")).is_ok_and(|cwd| cwd_is_inside(&cwd, w))
         });
         if tagged || cwd_inside {
             found.push(Proc {
@@ -85,6 +86,19 @@ fn scan(tag: &str, workdir: Option<&Path>) -> Vec<Proc> {
         }
     }
     found
+}
+
+/// Whether a `/proc/<pid>/cwd` target lies inside `dir`, also once the directory has been
+/// removed (the kernel then appends " (deleted)").
+fn cwd_is_inside(cwd: &Path, dir: &Path) -> bool {
+    if cwd.starts_with(dir) {
+        return true;
+    }
+    let s = cwd.as_os_str().as_bytes();
+    match s.strip_suffix(b" (deleted)") {
+        Some(live) => Path::new(std::ffi::OsStr::from_bytes(live)).starts_with(dir),
+        None => false,
+    }
 }
 
 /// State and process group from `/proc/<pid>/stat` (the command name may hold spaces and
@@ -168,6 +182,18 @@ mod tests {
         assert_eq!(parse_stat("42 (sleep) Z 1 7 7"), Some(('Z', 7)));
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x)"), None);
+    }
+
+    #[test]
+    fn cwd_inside_also_when_deleted() {
+        let w = Path::new("/r/run-ab");
+        assert!(cwd_is_inside(Path::new("/r/run-ab"), w));
+        assert!(cwd_is_inside(Path::new("/r/run-ab/x"), w));
+        assert!(cwd_is_inside(Path::new("/r/run-ab (deleted)"), w));
+        assert!(cwd_is_inside(Path::new("/r/run-ab/x (deleted)"), w));
+        assert!(!cwd_is_inside(Path::new("/r/run-abc"), w));
+        assert!(!cwd_is_inside(Path::new("/r/run-abc (deleted)"), w));
+        assert!(!cwd_is_inside(Path::new("/"), w));
     }
 
     #[test]

@@ -215,7 +215,10 @@ async fn the_deadline_is_shared_by_all_steps() {
         .unwrap();
     assert_eq!(res.outcome, TIMED_OUT);
     assert_eq!(res.outcome_detail, TIMED_OUT_DETAIL);
-    assert!(res.steps.len() < 3, "each step alone fits; together they do not");
+    assert!(
+        res.steps.len() < 3,
+        "each step alone fits; together they do not"
+    );
     let last = res.steps.last().unwrap();
     assert!(last.timed_out);
     assert_eq!(last.exit_code, 124);
@@ -400,7 +403,12 @@ async fn file_path_escapes_are_refused_and_nothing_runs() {
     let (root, r) = runner();
     let marker = root.path().join("ran");
     let step = format!("touch {}", marker.display());
-    for bad in ["/tmp/plimsoll-escape", "../escape", "a/../../escape", "a//b"] {
+    for bad in [
+        "/tmp/plimsoll-escape",
+        "../escape",
+        "a/../../escape",
+        "a//b",
+    ] {
         let p = project(&[("ok.txt", "fine"), (bad, "x")], &[&step], &[]);
         let res = r
             .project(&p, Duration::from_secs(20), &RunEnv::default())
@@ -555,7 +563,14 @@ async fn programs_get_the_clean_environment_only() {
     assert_eq!(get("PLIMSOLL_EXTRA"), "from-runenv");
     let home = get("HOME");
     assert_ne!(Some(home), my_home.as_deref());
-    assert!(home.starts_with(r.config().root_dir.canonicalize().unwrap().to_str().unwrap()));
+    assert!(home.starts_with(
+        r.config()
+            .root_dir
+            .canonicalize()
+            .unwrap()
+            .to_str()
+            .unwrap()
+    ));
     assert_eq!(get("TMPDIR"), format!("{home}/.tmp"));
     assert!(!out.contains("CARGO"));
 }
@@ -563,7 +578,11 @@ async fn programs_get_the_clean_environment_only() {
 #[tokio::test]
 async fn the_working_dir_is_removed_after_the_run() {
     let (_root, r) = runner();
-    let p = project(&[("f", "x")], &["pwd", "mkdir -p deep/er && chmod 000 deep"], &[]);
+    let p = project(
+        &[("f", "x")],
+        &["pwd", "mkdir -p deep/er && chmod 000 deep"],
+        &[],
+    );
     let res = r
         .project(&p, Duration::from_secs(20), &RunEnv::default())
         .await
@@ -589,9 +608,6 @@ async fn the_working_dir_is_removed_after_the_run() {
 #[tokio::test]
 async fn prove_languages_finds_node_python_and_sh() {
     let (_root, r) = runner();
-    assert_eq!(
-        r.prove_languages().await,
-        ["javascript", "python", "shell"]
-    );
+    assert_eq!(r.prove_languages().await, ["javascript", "python", "shell"]);
     assert!(runs_dir_is_empty(&r));
 }
