@@ -5,11 +5,16 @@
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         let name = e.file_name();
@@ -40,9 +45,17 @@ fn every_crate_root_opens_with_its_job() {
     assert!(roots.len() >= 5, "found only {roots:?}");
     let missing: Vec<_> = roots
         .iter()
-        .filter(|p| !std::fs::read_to_string(p).unwrap().trim_start().starts_with("//!"))
+        .filter(|p| {
+            !std::fs::read_to_string(p)
+                .unwrap()
+                .trim_start()
+                .starts_with("//!")
+        })
         .collect();
-    assert!(missing.is_empty(), "these files must open with a `//!` doc stating their one job: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "these files must open with a `//!` doc stating their one job: {missing:?}"
+    );
 }
 
 #[test]
@@ -57,12 +70,25 @@ fn every_test_named_in_the_specification_exists() {
         .filter(|s| s.contains("::") && !s.contains(' '))
         .filter_map(|s| s.rsplit("::").next())
         .collect();
-    assert!(names.len() >= 10, "the specification names only {} tests", names.len());
+    assert!(
+        names.len() >= 10,
+        "the specification names only {} tests",
+        names.len()
+    );
     let mut files = Vec::new();
     for d in ["crates", "bins", "xtask"] {
         rust_files(&root.join(d), &mut files);
     }
-    let sources: String = files.iter().map(|f| std::fs::read_to_string(f).unwrap_or_default()).collect();
-    let missing: Vec<_> = names.iter().filter(|n| !sources.contains(&format!("fn {n}("))).collect();
-    assert!(missing.is_empty(), "docs/SPECIFICATION.md names tests that do not exist: {missing:?}");
+    let sources: String = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+        .collect();
+    let missing: Vec<_> = names
+        .iter()
+        .filter(|n| !sources.contains(&format!("fn {n}(")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/SPECIFICATION.md names tests that do not exist: {missing:?}"
+    );
 }
