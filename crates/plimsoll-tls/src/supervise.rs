@@ -237,6 +237,14 @@ impl Sandboxd {
         }
     }
 
+    /// Sends SIGTERM without waiting (sandboxd then refuses new calls and finishes those in
+    /// flight, closing its connections).
+    pub fn terminate(&self) {
+        if self.try_exit().is_none() {
+            let _ = kill(self.pid, Signal::SIGTERM);
+        }
+    }
+
     /// Sends SIGTERM, waits up to `grace`, then SIGKILL; returns how it ended.
     pub async fn stop(&self, grace: Duration) -> Exit {
         if let Some(e) = self.try_exit() {

@@ -1,0 +1,248 @@
+//! plimsoll-sandboxd-tls: the pod's command. It checks sandboxd's flags, starts sandboxd on
+//! 127.0.0.1:9091, waits until it accepts, then serves TLS 1.3 (ALPN `h2`) on :9090 and
+//! copies bytes both ways; it exits when sandboxd exits, with sandboxd's status.
+//!
+//! This file parses arguments and environment and maps outcomes to exit codes; the work is
+//! in `plimsoll_tls::{terminator, supervise}`. It must never start sandboxd on an address
+//! other than loopback, never forward a byte before a TLS 1.3 handshake with `h2`, and never
+//! log key material.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use plimsoll_tls::supervise::{check_sandboxd_flags, flags_for_upstream, NotReady, Sandboxd};
+use plimsoll_tls::terminator::{env, TerminatorConfig};
+use plimsoll_tls::{CertDir, Terminator};
+
+const DEFAULT_SANDBOXD: &str = "/usr/local/bin/plimsoll-sandboxd";
+
+/// How long sandboxd gets to stop after the drain before SIGKILL.
+const SANDBOXD_STOP_GRACE: Duration = Duration::from_secs(10);
+
+const HELP: &str = "\
+plimsoll-sandboxd-tls: the pod-side TLS 1.3 terminator in front of plimsoll-sandboxd
+
+Usage: plimsoll-sandboxd-tls SANDBOXD-FLAGS...
+       plimsoll-sandboxd-tls --help | --version
+
+Every argument is passed to sandboxd. They must include --listen-host=127.0.0.1 and
+--grpc-port=9091 (exactly so, once each), and not --unix-socket. The terminator starts
+sandboxd, waits until it accepts on 127.0.0.1:9091, then serves TLS 1.3 with ALPN h2 on
+:9090 using tls.crt and tls.key from /etc/plimsoll/sandboxd-tls, and forwards each
+connection to sandboxd. A rotated Secret is picked up without a restart; open connections
+keep going. `--log-format json|text` is read from sandboxd's flags too.
+
+Environment (all optional):
+  PLIMSOLL_SANDBOXD_BIN                       sandboxd's path [/usr/local/bin/plimsoll-sandboxd]
+  PLIMSOLL_SANDBOXD_TLS_DIR                   Secret directory [/etc/plimsoll/sandboxd-tls]
+  PLIMSOLL_SANDBOXD_TLS_LISTEN                TLS listen address [0.0.0.0:9090]
+  PLIMSOLL_SANDBOXD_TLS_UPSTREAM              sandboxd's address, loopback only; replaces the
+                                              two required flags when sandboxd is started
+                                              (tests running several pairs) [127.0.0.1:9091]
+  PLIMSOLL_SANDBOXD_TLS_HANDSHAKE_TIMEOUT_MS  TLS handshake bound [10000]
+  PLIMSOLL_SANDBOXD_TLS_IDLE_TIMEOUT_MS       close after no byte either way [120000]
+  PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS       connections open at once [64]
+  PLIMSOLL_SANDBOXD_TLS_DRAIN_TIMEOUT_MS      drain bound after SIGTERM [20000]
+  PLIMSOLL_SANDBOXD_TLS_RELOAD_INTERVAL_MS    Secret poll interval [2000]
+  PLIMSOLL_SANDBOXD_TLS_STARTUP_TIMEOUT_MS    wait for sandboxd to accept [30000]
+
+Exit codes:
+  0        stopped by SIGTERM/SIGINT, drained, sandboxd stopped
+  1        could not serve (bind failed, sandboxd never accepted, drain cut connections)
+  2        usage or configuration error (the message names the flag, variable or file)
+  other    sandboxd exited: its exit code, or 128 + the signal that ended it
+";
+
+fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("plimsoll-sandboxd-tls: {msg}");
+    ExitCode::from(code)
+}
+
+fn log_format(args: &[String]) -> Option<&str> {
+    args.iter().enumerate().find_map(|(i, a)| {
+        a.strip_prefix("--log-format=").or_else(|| {
+            (a == "--log-format")
+                .then(|| args.get(i + 1).map(String::as_str))
+                .flatten()
+        })
+    })
+}
+
+fn init_logging(format: Option<&str>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = match format {
+        Some(f) => f == "json",
+        None => !std::io::stderr().is_terminal(),
+    };
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [a] if a == "--help" || a == "-h" => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        [a] if a == "--version" || a == "-V" => {
+            println!("plimsoll-sandboxd-tls {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
+    if let Err(e) = check_sandboxd_flags(&args) {
+        return fail(2, e);
+    }
+    init_logging(log_format(&args));
+    let cfg = match TerminatorConfig::from_env(|k| std::env::var(k).ok()) {
+        Ok(c) => c,
+        Err(e) => return fail(2, e),
+    };
+    for (k, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
+        if k.starts_with("PLIMSOLL_SANDBOXD_TLS_") && !env::ALL.contains(&k.as_str()) {
+            tracing::warn!("unknown variable {k} ignored (see --help for the variables read)");
+        }
+    }
+    let bin = std::env::var_os(env::SANDBOXD_BIN)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SANDBOXD));
+    // The pair is checked before sandboxd starts: a broken Secret is a configuration error.
+    if let Err(e) = CertDir::open(&cfg.cert_dir) {
+        return fail(2, format!("{}: {e}", env::DIR));
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(1, format!("cannot start the async runtime: {e}")),
+    };
+    rt.block_on(run(cfg, bin, args))
+}
+
+async fn stop_during_startup(sandboxd: &Sandboxd, name: &str) -> ExitCode {
+    tracing::info!("{name} during startup: stopping sandboxd");
+    let e = sandboxd.stop(SANDBOXD_STOP_GRACE).await;
+    tracing::info!("stopped: sandboxd ended ({e})");
+    ExitCode::SUCCESS
+}
+
+async fn run(cfg: TerminatorConfig, bin: PathBuf, args: Vec<String>) -> ExitCode {
+    // Signal handlers before anything starts: a SIGTERM at any moment from here on is a
+    // graceful stop, never the default action.
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => return fail(1, format!("cannot handle signals: {e}")),
+    };
+    let sandboxd_args = flags_for_upstream(&args, cfg.upstream);
+    let sandboxd = match Sandboxd::spawn(&bin, &sandboxd_args) {
+        Ok(s) => s,
+        Err(e) => {
+            return fail(
+                2,
+                format!("{}: cannot start {}: {e}", env::SANDBOXD_BIN, bin.display()),
+            )
+        }
+    };
+    tracing::info!(
+        "started sandboxd (pid {}): {}",
+        sandboxd.pid(),
+        bin.display()
+    );
+    let ready = tokio::select! {
+        r = sandboxd.wait_ready(cfg.upstream, cfg.startup_timeout) => r,
+        _ = term.recv() => return stop_during_startup(&sandboxd, "SIGTERM").await,
+        _ = int.recv() => return stop_during_startup(&sandboxd, "SIGINT").await,
+    };
+    match ready {
+        Ok(()) => {}
+        Err(NotReady::Exited(e)) => {
+            tracing::error!(
+                "sandboxd exited before accepting connections ({e}); exiting with its status"
+            );
+            return ExitCode::from(e.code() as u8);
+        }
+        Err(e) => {
+            tracing::error!("{e}; stopping it");
+            sandboxd.stop(SANDBOXD_STOP_GRACE).await;
+            return ExitCode::from(1);
+        }
+    }
+    let upstream = cfg.upstream;
+    let drain = cfg.drain_timeout;
+    let terminator = match Terminator::bind(cfg).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("{e}; stopping sandboxd");
+            sandboxd.stop(SANDBOXD_STOP_GRACE).await;
+            return ExitCode::from(1);
+        }
+    };
+    tracing::info!(
+        "listening on {}; forwarding TLS 1.3 (h2) connections to sandboxd at {upstream}",
+        terminator.local_addr()
+    );
+
+    enum Why {
+        Signal(&'static str),
+        SandboxdExited,
+    }
+    let (why_tx, mut why_rx) = tokio::sync::oneshot::channel();
+    let shutdown = {
+        let sandboxd = &sandboxd;
+        async move {
+            let why = tokio::select! {
+                _ = term.recv() => Why::Signal("SIGTERM"),
+                _ = int.recv() => Why::Signal("SIGINT"),
+                _ = sandboxd.exited() => Why::SandboxdExited,
+            };
+            if let Why::Signal(name) = &why {
+                tracing::info!(
+                    "{name}: stopping; sandboxd is asked to finish its calls, open connections get up to {drain:?}"
+                );
+                // sandboxd answers SIGTERM by refusing new calls and closing its connections
+                // once the calls in flight finish, which is what lets the drain end early.
+                sandboxd.terminate();
+            }
+            let _ = why_tx.send(why);
+        }
+    };
+    let report = terminator.run(shutdown).await;
+    let why = why_rx.try_recv().ok();
+    match why {
+        Some(Why::SandboxdExited) | None => {
+            let e = sandboxd.exited().await;
+            tracing::error!("sandboxd exited ({e}); the terminator exits with its status");
+            ExitCode::from(e.code() as u8)
+        }
+        Some(Why::Signal(_)) => {
+            let e = sandboxd.stop(SANDBOXD_STOP_GRACE).await;
+            tracing::info!(
+                "stopped: sandboxd ended ({e}); {} connection(s) were open, {} cut at the drain bound",
+                report.open_at_shutdown,
+                report.cut
+            );
+            if report.cut == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! plimsoll-sandboxd: the runner inside a sandbox (container or pod), served as the
+//! token-authenticated gRPC service `plimsoll.sandboxd.v1.Sandboxd`, one payload at a time.
+//!
+//! This file only parses flags, builds the configuration and maps errors to exit codes; the
+//! service lives in the `plimsoll-sandboxd` library. It must never start without a token
+//! unless `--insecure-no-token` says so, and never log a token.
+
+use std::io::IsTerminal;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use plimsoll_runner::{Limits, Runner, RunnerConfig};
+use plimsoll_sandboxd::{Auth, SandboxdService, TokenFile};
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  0  stopped by SIGTERM or SIGINT
+  1  could not serve (for example the address is in use)
+  2  usage or configuration error (the message names the flag)
+
+Every call must carry `authorization: Bearer <token>` with a token from --token-file (one
+token per line; two lines during a rotation; the file is re-read every 2 s). Calls without
+it are refused, marked not dispatched (permission), before the payload is read.";
+
+/// The runner inside a sandbox, behind a token-authenticated gRPC service.
+#[derive(Debug, Parser)]
+#[command(name = "plimsoll-sandboxd", version, after_help = AFTER_HELP)]
+struct Flags {
+    /// Address to listen on (behind plimsoll-sandboxd-tls it must be 127.0.0.1).
+    #[arg(long, default_value = "127.0.0.1", value_name = "IP")]
+    listen_host: IpAddr,
+    /// TCP port to listen on.
+    #[arg(long, default_value_t = 9091, value_name = "PORT")]
+    grpc_port: u16,
+    /// Serve on this Unix socket instead of TCP (the Docker provider's per-run directory).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["listen_host", "grpc_port"])]
+    unix_socket: Option<PathBuf>,
+    /// Runs get fresh working directories under this directory [default: $TMPDIR/plimsoll-sandboxd].
+    #[arg(long, value_name = "DIR")]
+    root_dir: Option<PathBuf>,
+    /// File holding the sandboxd token (one per line, at most two).
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
+    /// Accept calls without a token. For tests only.
+    #[arg(long, conflicts_with = "token_file")]
+    insecure_no_token: bool,
+    /// Deadline for a payload whose request leaves it to sandboxd, in milliseconds.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    default_timeout_ms: u64,
+    /// Bytes kept of each output stream (stdout, stderr) per program; the rest is dropped
+    /// and marked truncated.
+    #[arg(long, default_value_t = 1024 * 1024, value_name = "BYTES")]
+    output_bytes: usize,
+    /// After SIGTERM, how long calls in flight may take before sandboxd exits, in milliseconds.
+    #[arg(long, default_value_t = 10_000, value_name = "MS")]
+    shutdown_grace_ms: u64,
+    /// Log format: `text` or `json` [default: text on a terminal, json otherwise].
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
+    log_format: Option<String>,
+}
+
+fn usage_error(flag: &str, msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("plimsoll-sandboxd: {flag}: {msg}");
+    ExitCode::from(2)
+}
+
+fn init_logging(format: Option<&str>) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = match format {
+        Some(f) => f == "json",
+        None => !std::io::stderr().is_terminal(),
+    };
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    init_logging(flags.log_format.as_deref());
+
+    let auth = match (&flags.token_file, flags.insecure_no_token) {
+        (Some(path), false) => match TokenFile::open(path) {
+            Ok(f) => Auth::Tokens(f),
+            Err(e) => return usage_error("--token-file", e),
+        },
+        (None, true) => {
+            tracing::warn!("serving WITHOUT a token (--insecure-no-token): tests only");
+            Auth::InsecureNoToken
+        }
+        _ => {
+            return usage_error(
+                "--token-file",
+                "required: sandboxd refuses to start without a token (--insecure-no-token is for tests only)",
+            )
+        }
+    };
+    let root_dir = flags
+        .root_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("plimsoll-sandboxd"));
+    if flags.default_timeout_ms == 0 {
+        return usage_error("--default-timeout-ms", "must be positive");
+    }
+    let runner = match Runner::new(RunnerConfig {
+        root_dir: root_dir.clone(),
+        limits: Limits {
+            output_bytes: flags.output_bytes,
+            ..Limits::default()
+        },
+        default_timeout: Duration::from_millis(flags.default_timeout_ms),
+    }) {
+        Ok(r) => Arc::new(r),
+        Err(e) => return usage_error("--root-dir", format!("{}: {e}", root_dir.display())),
+    };
+
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("plimsoll-sandboxd: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    rt.block_on(serve(flags, runner, auth))
+}
+
+async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
+    // Signal handlers first: a SIGTERM that arrives right after "listening" must not kill
+    // the process with the default action.
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("plimsoll-sandboxd: cannot handle signals: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Auth::Tokens(f) = &auth {
+        f.spawn_refresh(Duration::from_secs(2));
+    }
+    let service = SandboxdService::new(runner).await;
+    tracing::info!("languages proven: [{}]", service.languages().join(", "));
+    let route = service.into_server(auth);
+    let grace = Duration::from_millis(flags.shutdown_grace_ms);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let shutdown = {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+
+    let server = async {
+        match &flags.unix_socket {
+            Some(path) => {
+                if let Ok(meta) = std::fs::symlink_metadata(path) {
+                    use std::os::unix::fs::FileTypeExt;
+                    if !meta.file_type().is_socket() {
+                        return Err(usage_error(
+                            "--unix-socket",
+                            format!("{} exists and is not a socket", path.display()),
+                        ));
+                    }
+                    let _ = std::fs::remove_file(path);
+                }
+                let listener = tokio::net::UnixListener::bind(path).map_err(|e| {
+                    eprintln!(
+                        "plimsoll-sandboxd: cannot listen on unix:{}: {e}",
+                        path.display()
+                    );
+                    ExitCode::from(1)
+                })?;
+                // Who may connect is decided by the directory holding the socket and by the
+                // token; the socket itself is open to any uid that can reach it (plimsolld
+                // need not run as the container's user).
+                if let Err(e) = std::fs::set_permissions(
+                    path,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o666),
+                ) {
+                    tracing::warn!("cannot open unix:{} to other users: {e}", path.display());
+                }
+                tracing::info!("listening on unix:{}", path.display());
+                plimsoll_sandboxd::serve_unix(listener, route, shutdown).await
+            }
+            None => {
+                let addr = SocketAddr::new(flags.listen_host, flags.grpc_port);
+                let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                    eprintln!("plimsoll-sandboxd: cannot listen on {addr}: {e}");
+                    ExitCode::from(1)
+                })?;
+                let bound = listener.local_addr().unwrap_or(addr);
+                tracing::info!("listening on {bound}");
+                plimsoll_sandboxd::serve_tcp(listener, route, shutdown).await
+            }
+        }
+        .map_err(|e| {
+            eprintln!("plimsoll-sandboxd: serving failed: {e}");
+            ExitCode::from(1)
+        })
+    };
+    tokio::pin!(server);
+
+    let signal = async {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
+    };
+    let outcome = tokio::select! {
+        r = &mut server => r,
+        name = signal => {
+            tracing::info!("{name}: no new calls; letting calls in flight finish for up to {grace:?}");
+            let _ = stop_tx.send(true);
+            match tokio::time::timeout(grace, &mut server).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!("calls still in flight after {grace:?}; exiting anyway");
+                    Ok(())
+                }
+            }
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(code) => code,
+    }
+}

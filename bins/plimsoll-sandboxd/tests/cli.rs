@@ -1,0 +1,130 @@
+//! The plimsoll-sandboxd binary: refusals at startup, serving on a Unix socket and on TCP,
+//! and stopping on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use plimsoll_core::Reason;
+use plimsoll_sandboxd::{SandboxdClient, Token};
+
+const TOKEN: &str = "cli-token-0123456789abcdef";
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_plimsoll-sandboxd"))
+}
+
+#[test]
+fn refuses_to_start_without_a_token() {
+    let out = bin().output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--token-file"), "{err}");
+    assert!(err.contains("--insecure-no-token"), "{err}");
+}
+
+#[test]
+fn an_unusable_token_file_is_a_usage_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("token");
+    std::fs::write(&f, "\n").unwrap();
+    let out = bin().arg("--token-file").arg(&f).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--token-file") && err.contains(&f.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn conflicting_flags_are_usage_errors() {
+    for args in [
+        &["--unix-socket", "/tmp/x.sock", "--grpc-port", "1"][..],
+        &["--insecure-no-token", "--token-file", "/t"][..],
+        &["--grpc-port", "seventy"][..],
+    ] {
+        let out = bin().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
+
+#[test]
+fn serves_on_a_unix_socket_with_the_token_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let sock = dir.path().join("sandboxd.sock");
+    let mut child = bin()
+        .arg("--unix-socket")
+        .arg(&sock)
+        .arg("--token-file")
+        .arg(&token_file)
+        .arg("--root-dir")
+        .arg(dir.path().join("runs"))
+        .arg("--log-format=json")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[sandboxd] {line}");
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut lines = Vec::new();
+    while !lines
+        .iter()
+        .any(|l: &String| l.contains("listening on unix:"))
+    {
+        let l = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("sandboxd never said it was listening");
+        lines.push(l);
+    }
+    assert!(
+        lines.iter().all(|l| l.starts_with('{')),
+        "not JSON lines: {lines:?}"
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = SandboxdClient::connect_unix(&sock, &Token::new(TOKEN).unwrap())
+            .await
+            .unwrap();
+        let h = c.health().await.unwrap();
+        assert!(h.languages.iter().any(|l| l == "shell"), "{h:?}");
+        let wrong = SandboxdClient::connect_unix(&sock, &Token::new(format!("{TOKEN}x")).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            wrong.health().await.unwrap_err().not_dispatched(),
+            Some(Reason::Permission)
+        );
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sandboxd did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    let all: Vec<String> = rx.try_iter().collect();
+    assert!(
+        all.iter().chain(lines.iter()).all(|l| !l.contains(TOKEN)),
+        "the token appeared in the log"
+    );
+}

@@ -1,0 +1,388 @@
+//! The client plimsolld's providers reach sandboxd with: over TLS 1.3 to a pod
+//! (`plimsoll-tls`), over plain TCP on loopback, or over a Unix socket (the Docker provider).
+//!
+//! Every error says whether the payload may have run: a connection that could not be opened
+//! or confirmed, and an answer carrying the not-dispatched mark, ran nothing; anything else
+//! may have, and must never be retried automatically.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use plimsoll_core::sandboxd_pb::sandboxd_client::SandboxdClient as GenClient;
+use plimsoll_core::sandboxd_pb::{ExecuteRequest, ExecuteResponse, HealthRequest, HealthResponse};
+use plimsoll_core::validate::MAX_TIMEOUT_MS;
+use plimsoll_core::{not_dispatched_reason, Reason, Refusal};
+use plimsoll_tls::{ClientTls, ConnectError};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{Request, Status};
+
+use crate::token::Token;
+
+/// Largest answer accepted: every program's capped output plus the artifacts.
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Time allowed beyond a payload's own deadline for sandboxd to answer.
+pub const ANSWER_GRACE: Duration = Duration::from_secs(30);
+
+/// HTTP/2 keepalive pings: they keep an idle channel alive through the terminator's idle
+/// timeout and detect a dead pod during a long run.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+
+/// Why a sandboxd channel could not be opened. Nothing was sent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// The TLS channel to a pod could not be confirmed (it names the CA file, the server
+    /// name and the TLS alert).
+    #[error(transparent)]
+    Tls(#[from] ConnectError),
+    /// A TCP or Unix socket connection failed.
+    #[error("cannot connect to sandboxd at {target}: {source}")]
+    Dial {
+        /// Address or socket path.
+        target: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP/2 channel could not be set up over the connection.
+    #[error("cannot open an HTTP/2 channel to sandboxd at {target}: {reason}")]
+    Channel {
+        /// Address or socket path.
+        target: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A failed sandboxd call.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The channel could not be opened or confirmed; nothing was sent.
+    #[error("{0}")]
+    Connect(#[source] ConnectFailure),
+    /// sandboxd answered with a refusal carrying the not-dispatched mark; nothing ran.
+    #[error("sandboxd refused the call: {0}")]
+    Refused(Refusal),
+    /// Any other failure: the payload may have run.
+    #[error("sandboxd call failed and the payload may have run: {}: {}", .0.code(), .0.message())]
+    MayHaveRun(Status),
+}
+
+impl CallError {
+    /// Sorts a status from sandboxd: marked means refused, anything else may have run.
+    pub fn from_status(status: Status) -> CallError {
+        match not_dispatched_reason(&status) {
+            Some(reason) => CallError::Refused(Refusal::new(
+                reason,
+                status.code(),
+                status.message().to_owned(),
+            )),
+            None => CallError::MayHaveRun(status),
+        }
+    }
+
+    /// The not-dispatched reason, or `None` when the payload may have run. A channel that
+    /// could not be opened is `environment`: the sandbox could not be confirmed.
+    pub fn not_dispatched(&self) -> Option<Reason> {
+        match self {
+            CallError::Connect(_) => Some(Reason::Environment),
+            CallError::Refused(r) => Some(r.reason),
+            CallError::MayHaveRun(_) => None,
+        }
+    }
+
+    /// The refusal to answer with, when nothing ran.
+    pub fn refusal(&self) -> Option<Refusal> {
+        match self {
+            CallError::Connect(ConnectFailure::Tls(e)) => Some(e.to_refusal()),
+            CallError::Connect(e) => Some(Refusal::environment(format!(
+                "the sandbox could not be reached: {e}"
+            ))),
+            CallError::Refused(r) => Some(r.clone()),
+            CallError::MayHaveRun(_) => None,
+        }
+    }
+
+    /// The gRPC status to pass on: marked when nothing ran, the original status otherwise.
+    pub fn to_status(&self) -> Status {
+        match (self.refusal(), self) {
+            (Some(r), _) => r.to_status(),
+            (None, CallError::MayHaveRun(s)) => Status::new(s.code(), s.message()),
+            (None, other) => Status::internal(other.to_string()),
+        }
+    }
+}
+
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+type BoxIo = Box<dyn Io>;
+
+enum Target {
+    Tls(ClientTls, SocketAddr),
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl Target {
+    fn describe(&self) -> String {
+        match self {
+            Target::Tls(_, a) => format!("{a} (TLS)"),
+            Target::Tcp(a) => a.to_string(),
+            Target::Unix(p) => format!("unix:{}", p.display()),
+        }
+    }
+
+    async fn dial(&self) -> Result<BoxIo, ConnectFailure> {
+        match self {
+            Target::Tls(tls, addr) => Ok(Box::new(tls.connect(*addr).await?)),
+            Target::Tcp(addr) => {
+                let s = tokio::time::timeout(
+                    plimsoll_tls::client::DEFAULT_HANDSHAKE_TIMEOUT,
+                    tokio::net::TcpStream::connect(addr),
+                )
+                .await
+                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+                .map_err(|source| ConnectFailure::Dial {
+                    target: addr.to_string(),
+                    source,
+                })?;
+                let _ = s.set_nodelay(true);
+                Ok(Box::new(s))
+            }
+            Target::Unix(path) => {
+                let s = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|source| ConnectFailure::Dial {
+                        target: format!("unix:{}", path.display()),
+                        source,
+                    })?;
+                Ok(Box::new(s))
+            }
+        }
+    }
+}
+
+/// Hands tonic the connection dialed up front (so its failure is typed and nothing was
+/// sent), then dials afresh if tonic ever reconnects.
+#[derive(Clone)]
+struct Dialer {
+    target: Arc<Target>,
+    first: Arc<Mutex<Option<BoxIo>>>,
+    dials: Arc<AtomicU64>,
+}
+
+impl tower::Service<Uri> for Dialer {
+    type Response = TokioIo<BoxIo>;
+    type Error = ConnectFailure;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: Uri) -> Self::Future {
+        let first = self.first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let target = self.target.clone();
+        let dials = self.dials.clone();
+        Box::pin(async move {
+            let io = match first {
+                Some(io) => io,
+                None => {
+                    let io = target.dial().await?;
+                    dials.fetch_add(1, Ordering::Relaxed);
+                    io
+                }
+            };
+            Ok(TokioIo::new(io))
+        })
+    }
+}
+
+/// Puts `authorization: Bearer <token>` on every call (marked sensitive, so never logged).
+#[derive(Clone)]
+struct BearerHeader(MetadataValue<Ascii>);
+
+impl tonic::service::Interceptor for BearerHeader {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+/// A channel to one sandboxd, authenticated with its token.
+#[derive(Clone)]
+pub struct SandboxdClient {
+    inner: GenClient<InterceptedService<Channel, BearerHeader>>,
+    dials: Arc<AtomicU64>,
+    target: String,
+}
+
+impl std::fmt::Debug for SandboxdClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxdClient")
+            .field("target", &self.target)
+            .field("dials", &self.dials())
+            .finish()
+    }
+}
+
+impl SandboxdClient {
+    /// Dials a pod at `addr` over TLS 1.3 (`tls` trusts only its CA file) and opens the
+    /// channel. A failed handshake is `CallError::Connect`: nothing was sent.
+    pub async fn connect_tls(
+        tls: &ClientTls,
+        addr: SocketAddr,
+        token: &Token,
+    ) -> Result<SandboxdClient, CallError> {
+        Self::open(Target::Tls(tls.clone(), addr), token).await
+    }
+
+    /// Dials sandboxd over plain TCP (loopback only: the process provider and tests).
+    pub async fn connect_plain(
+        addr: SocketAddr,
+        token: &Token,
+    ) -> Result<SandboxdClient, CallError> {
+        Self::open(Target::Tcp(addr), token).await
+    }
+
+    /// Dials sandboxd over a Unix socket (the Docker provider's per-run directory).
+    pub async fn connect_unix(path: &Path, token: &Token) -> Result<SandboxdClient, CallError> {
+        Self::open(Target::Unix(path.to_owned()), token).await
+    }
+
+    async fn open(target: Target, token: &Token) -> Result<SandboxdClient, CallError> {
+        let mut header: MetadataValue<Ascii> =
+            format!("Bearer {}", token.expose()).parse().map_err(|_| {
+                CallError::Connect(ConnectFailure::Channel {
+                    target: target.describe(),
+                    reason: "the token cannot travel in a header".into(),
+                })
+            })?;
+        header.set_sensitive(true);
+        let describe = target.describe();
+        let io = target.dial().await.map_err(CallError::Connect)?;
+        let dials = Arc::new(AtomicU64::new(1));
+        let dialer = Dialer {
+            target: Arc::new(target),
+            first: Arc::new(Mutex::new(Some(io))),
+            dials: dials.clone(),
+        };
+        let channel = Endpoint::from_static("http://sandboxd.plimsoll.invalid")
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_INTERVAL)
+            .keep_alive_while_idle(true)
+            .connect_with_connector(dialer)
+            .await
+            .map_err(|e| {
+                CallError::Connect(ConnectFailure::Channel {
+                    target: describe.clone(),
+                    reason: error_chain(&e),
+                })
+            })?;
+        let inner = GenClient::with_interceptor(channel, BearerHeader(header))
+            .max_decoding_message_size(MAX_RESPONSE_BYTES);
+        Ok(SandboxdClient {
+            inner,
+            dials,
+            target: describe,
+        })
+    }
+
+    /// Executes one payload. The call's deadline is the payload's (or the protocol's
+    /// maximum when it leaves it to sandboxd) plus [`ANSWER_GRACE`].
+    pub async fn execute(&self, req: ExecuteRequest) -> Result<ExecuteResponse, CallError> {
+        let run_ms = match req.timeout_ms {
+            0 => MAX_TIMEOUT_MS,
+            ms => ms.min(MAX_TIMEOUT_MS),
+        };
+        let mut request = Request::new(req);
+        request.set_timeout(Duration::from_millis(u64::from(run_ms)) + ANSWER_GRACE);
+        self.inner
+            .clone()
+            .execute(request)
+            .await
+            .map(|r| r.into_inner())
+            .map_err(CallError::from_status)
+    }
+
+    /// Asks which languages sandboxd proved and its version.
+    pub async fn health(&self) -> Result<HealthResponse, CallError> {
+        let mut request = Request::new(HealthRequest {});
+        request.set_timeout(ANSWER_GRACE);
+        self.inner
+            .clone()
+            .health(request)
+            .await
+            .map(|r| r.into_inner())
+            .map_err(CallError::from_status)
+    }
+
+    /// How many connections this client has opened (1 unless the channel had to reconnect).
+    pub fn dials(&self) -> u64 {
+        self.dials.load(Ordering::Relaxed)
+    }
+
+    /// Where it connects, for logs.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_sort_into_refused_and_may_have_run() {
+        let marked = Refusal::capacity("busy").to_status();
+        let e = CallError::from_status(marked);
+        assert_eq!(e.not_dispatched(), Some(Reason::Capacity));
+        assert_eq!(
+            not_dispatched_reason(&e.to_status()),
+            Some(Reason::Capacity)
+        );
+
+        let plain = CallError::from_status(Status::unavailable("connection reset"));
+        assert_eq!(plain.not_dispatched(), None);
+        assert_eq!(not_dispatched_reason(&plain.to_status()), None);
+        assert_eq!(plain.to_status().code(), tonic::Code::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_is_not_dispatched_environment() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        let token = Token::new("x".repeat(20)).unwrap();
+        let e = SandboxdClient::connect_plain(addr, &token)
+            .await
+            .unwrap_err();
+        assert_eq!(e.not_dispatched(), Some(Reason::Environment));
+        assert!(e.to_string().contains(&addr.to_string()), "{e}");
+    }
+}

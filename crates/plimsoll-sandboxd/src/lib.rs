@@ -1,0 +1,16 @@
+//! plimsoll-sandboxd: the runner behind the token-authenticated gRPC service
+//! `plimsoll.sandboxd.v1.Sandboxd` that runs inside every container and pod, and the client
+//! plimsolld's providers reach it with (TLS to a pod, plain TCP on loopback, Unix socket).
+//!
+//! It must never read a payload whose call lacks a valid token, never run two payloads at
+//! once, never log a token, and never report "not dispatched" for a call that may have run.
+
+pub mod client;
+pub mod serve;
+pub mod service;
+pub mod token;
+
+pub use client::{CallError, ConnectFailure, SandboxdClient};
+pub use serve::{serve_tcp, serve_unix, SandboxdRoute};
+pub use service::{Auth, CallCounts, SandboxdService};
+pub use token::{Token, TokenError, TokenFile, TokenSet};

@@ -1,0 +1,266 @@
+//! The `plimsoll.sandboxd.v1.Sandboxd` service over the runner: the token check (before the
+//! request body is decoded), one payload at a time, and `Health`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plimsoll_core::sandboxd_pb::sandboxd_server::{Sandboxd, SandboxdServer};
+use plimsoll_core::sandboxd_pb::{
+    execute_request, execute_response, ExecuteRequest, ExecuteResponse, HealthRequest,
+    HealthResponse,
+};
+use plimsoll_core::validate::{MAX_REQUEST_BYTES, MAX_TIMEOUT_MS};
+use plimsoll_core::Refusal;
+use plimsoll_runner::{RunEnv, Runner, RunnerError};
+use tokio::sync::Semaphore;
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status};
+
+use crate::token::TokenFile;
+
+/// Who may call: the token file's tokens, or (tests only) anyone.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    /// Every call must present one of the file's tokens.
+    Tokens(Arc<TokenFile>),
+    /// No token is checked. Only for tests; the binary refuses it without
+    /// `--insecure-no-token`.
+    InsecureNoToken,
+}
+
+/// Counts of calls, for logs and tests.
+#[derive(Debug, Default)]
+pub struct CallCounts {
+    /// Calls that reached the token check (any method, any outcome).
+    pub received: AtomicU64,
+    /// Calls refused for a missing or wrong token.
+    pub unauthenticated: AtomicU64,
+    /// Payloads handed to the runner.
+    pub executed: AtomicU64,
+}
+
+/// The token check, run by tonic before the request message is decoded: a call without a
+/// valid token never has its payload read.
+#[derive(Debug, Clone)]
+pub struct Authenticator {
+    auth: Auth,
+    counts: Arc<CallCounts>,
+}
+
+impl tonic::service::Interceptor for Authenticator {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        self.counts.received.fetch_add(1, Ordering::Relaxed);
+        let tokens = match &self.auth {
+            Auth::InsecureNoToken => {
+                tracing::info!("sandboxd call received (no token required: insecure mode)");
+                return Ok(req);
+            }
+            Auth::Tokens(f) => f.tokens(),
+        };
+        let presented = req
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .and_then(bearer);
+        let refusal = match presented {
+            None => Refusal::unauthenticated(
+                "sandboxd requires `authorization: Bearer <sandboxd token>`; none was sent; nothing ran",
+            ),
+            Some(t) if tokens.verify(t) => {
+                tracing::info!("sandboxd call received (token accepted)");
+                return Ok(req);
+            }
+            Some(_) => Refusal::unauthenticated(
+                "the sandboxd token was not accepted; nothing ran",
+            ),
+        };
+        self.counts.unauthenticated.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("sandboxd call received and refused: {}", refusal.message);
+        Err(refusal.to_status())
+    }
+}
+
+/// The token in `Bearer <token>` (scheme case-insensitive).
+fn bearer(v: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = v.split_at(v.iter().position(|b| *b == b' ')?);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    let t = rest.trim_ascii();
+    (!t.is_empty()).then_some(t)
+}
+
+/// The service: runs one payload at a time with the runner.
+#[derive(Debug)]
+pub struct SandboxdService {
+    runner: Arc<Runner>,
+    busy: Semaphore,
+    languages: Vec<String>,
+    counts: Arc<CallCounts>,
+}
+
+impl SandboxdService {
+    /// Proves the runner's languages once (what `Health` reports from then on).
+    pub async fn new(runner: Arc<Runner>) -> SandboxdService {
+        let languages = runner.prove_languages().await;
+        Self::with_languages(runner, languages)
+    }
+
+    /// A service reporting `languages` without proving them again.
+    pub fn with_languages(runner: Arc<Runner>, languages: Vec<String>) -> SandboxdService {
+        SandboxdService {
+            runner,
+            busy: Semaphore::new(1),
+            languages,
+            counts: Arc::new(CallCounts::default()),
+        }
+    }
+
+    /// The proven languages.
+    pub fn languages(&self) -> &[String] {
+        &self.languages
+    }
+
+    /// The call counters (shared with the [`Authenticator`] built by [`Self::into_server`]).
+    pub fn counts(&self) -> Arc<CallCounts> {
+        self.counts.clone()
+    }
+
+    /// The tonic service: token check in front, request size limit just above the protocol's
+    /// own bound (so an oversize request is refused, marked `request`, by the codec).
+    pub fn into_server(
+        self,
+        auth: Auth,
+    ) -> InterceptedService<SandboxdServer<Self>, Authenticator> {
+        let auth = Authenticator {
+            auth,
+            counts: self.counts.clone(),
+        };
+        InterceptedService::new(
+            SandboxdServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES + 1024 * 1024),
+            auth,
+        )
+    }
+
+    async fn run(&self, req: ExecuteRequest) -> Result<ExecuteResponse, Status> {
+        let timeout = match req.timeout_ms {
+            0 => self.runner.config().default_timeout,
+            ms => Duration::from_millis(u64::from(ms.min(MAX_TIMEOUT_MS))),
+        };
+        let env = RunEnv::new(req.env.into_iter().map(|v| (v.name, v.value)).collect())
+            .map_err(|e| Refusal::request(format!("{e}; nothing ran")).to_status())?;
+        let payload = req.payload.ok_or_else(|| {
+            Refusal::request("the request carries no payload; nothing ran").to_status()
+        })?;
+        let started = Instant::now();
+        self.counts.executed.fetch_add(1, Ordering::Relaxed);
+        let result = match payload {
+            execute_request::Payload::Javascript(js) => self
+                .runner
+                .javascript(&js, timeout, &env)
+                .await
+                .map(execute_response::Result::Javascript),
+            execute_request::Payload::Project(p) => self
+                .runner
+                .project(&p, timeout, &env)
+                .await
+                .map(execute_response::Result::Project),
+        };
+        let duration_ms = started.elapsed().as_millis() as i64;
+        match result {
+            Ok(r) => Ok(ExecuteResponse {
+                duration_ms,
+                result: Some(r),
+            }),
+            Err(e) => Err(runner_error_status(&e)),
+        }
+    }
+}
+
+/// The runner's own failures: those that provably ran nothing carry the mark.
+fn runner_error_status(e: &RunnerError) -> Status {
+    match e {
+        RunnerError::Setup(_) => {
+            Refusal::environment(format!("sandboxd: {e}; nothing ran")).to_status()
+        }
+        RunnerError::Spawn { .. } => {
+            Refusal::unsupported(format!("sandboxd: {e}; nothing ran")).to_status()
+        }
+        // Anything else may have run something.
+        _ => Status::internal(format!("sandboxd: {e}")),
+    }
+}
+
+#[tonic::async_trait]
+impl Sandboxd for SandboxdService {
+    async fn execute(
+        &self,
+        request: Request<ExecuteRequest>,
+    ) -> Result<Response<ExecuteResponse>, Status> {
+        let Ok(_slot) = self.busy.try_acquire() else {
+            return Err(Refusal::capacity(
+                "sandboxd runs one payload at a time and one is running; nothing ran",
+            )
+            .to_status());
+        };
+        let req = request.into_inner();
+        let trace = req.trace_id.clone();
+        let kind = match &req.payload {
+            Some(execute_request::Payload::Javascript(_)) => "javascript",
+            Some(execute_request::Payload::Project(_)) => "project",
+            None => "none",
+        };
+        let out = self.run(req).await;
+        match &out {
+            Ok(r) => {
+                tracing::info!(trace_id = %trace, "executed {kind} payload in {} ms", r.duration_ms)
+            }
+            Err(s) => {
+                tracing::warn!(trace_id = %trace, "{kind} payload not executed: {}", s.message())
+            }
+        }
+        out.map(Response::new)
+    }
+
+    async fn health(
+        &self,
+        _request: Request<HealthRequest>,
+    ) -> Result<Response<HealthResponse>, Status> {
+        Ok(Response::new(HealthResponse {
+            languages: self.languages.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"bearer   abc "), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"Basic abc"), None);
+        assert_eq!(bearer(b"Bearer"), None);
+        assert_eq!(bearer(b"Bearer  "), None);
+    }
+
+    #[test]
+    fn runner_failures_that_ran_nothing_are_marked() {
+        use plimsoll_core::{not_dispatched_reason, Reason};
+        let setup = runner_error_status(&RunnerError::Setup(std::io::Error::other("disk")));
+        assert_eq!(not_dispatched_reason(&setup), Some(Reason::Environment));
+        let spawn = runner_error_status(&RunnerError::Spawn {
+            program: "node".into(),
+            source: std::io::Error::other("missing"),
+        });
+        assert_eq!(not_dispatched_reason(&spawn), Some(Reason::Unsupported));
+        let wait = runner_error_status(&RunnerError::Wait {
+            program: "node".into(),
+            source: std::io::Error::other("lost"),
+        });
+        assert_eq!(not_dispatched_reason(&wait), None);
+    }
+}
