@@ -1,0 +1,784 @@
+//! The recursive scan of one file ("node"): it hashes the file when a whole-file entry has its
+//! size, chooses a reader by magic bytes, walks tar and zip members in place and opens
+//! compressed streams into a new decoded stream ("space").
+//!
+//! Run matching happens once per byte of every space: the root stream and each decoder's
+//! output. Members of tar and stored zip members are byte ranges of the space they live in, so
+//! their bytes are not matched twice; a confirmed run is attributed to the innermost member
+//! range that contains it when that member ends (members end inner-first).
+//!
+//! Errors: every error that is not this node's own is passed up unchanged. A component that
+//! originates an error tags it with its node's id ([`Tagged`]), so the node that owns the
+//! component, and only that node, turns it into an unreadable reason; errors of the source
+//! itself (the engine stream, the disk) are [`Fatal`] and end the scan.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::io::{self, BufReader, Read};
+use std::rc::Rc;
+
+use crate::limits::Limits;
+use crate::matcher::{RunHit, RunState};
+use crate::set::WithheldSet;
+use crate::sniff::{sniff, Kind, SNIFF_LEN};
+use crate::tag::{ours, own_reason, tagged, Fatal};
+use crate::tar::{TarError, TarReader};
+use crate::zip::{self, Counted, MemberData, ZipLimits, ZipMember, ZipVisitor};
+
+/// Most findings one scan keeps (the rest are counted, not listed).
+const MAX_FINDINGS: usize = 100_000;
+/// Most unreadable files one scan keeps.
+const MAX_UNREADABLE: usize = 100_000;
+/// Most unresolved run hits one stream keeps.
+const MAX_PENDING: usize = 100_000;
+
+/// Wraps a source so its errors become [`Fatal`].
+pub(crate) struct Source<R>(pub R);
+
+impl<R: Read> Read for Source<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            if ours(&e) {
+                e
+            } else {
+                io::Error::other(Fatal(e))
+            }
+        })
+    }
+}
+
+/// Renders a name for reports: UTF-8 as is; `\`, `!`, control characters and bytes that are not
+/// UTF-8 as escapes, so `!` only ever separates an archive from a path inside it.
+pub fn escape_name(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '!' => out.push_str("\\x21"),
+                c if c.is_control() => {
+                    let mut b = [0u8; 4];
+                    for x in c.encode_utf8(&mut b).bytes() {
+                        out.push_str(&format!("\\x{x:02x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// A find before it is placed in an image: the full path from the scan's root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawFinding {
+    pub path: String,
+    pub entry: usize,
+    pub whole_file: bool,
+}
+
+/// An unreadable file before it is placed in an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawUnreadable {
+    pub path: String,
+    pub reason: String,
+    pub size: Option<u64>,
+}
+
+/// What a scan collected.
+#[derive(Debug, Default)]
+pub(crate) struct Collected {
+    pub findings: Vec<RawFinding>,
+    pub unreadable: Vec<RawUnreadable>,
+    pub files: u64,
+    pub streams: u64,
+    pub omitted: u64,
+    seen: HashSet<(String, usize)>,
+}
+
+impl Collected {
+    fn find(&mut self, path: &str, entry: usize, whole_file: bool) {
+        if self.seen.contains(&(path.to_owned(), entry)) {
+            return;
+        }
+        if self.findings.len() >= MAX_FINDINGS {
+            self.omitted += 1;
+            return;
+        }
+        self.seen.insert((path.to_owned(), entry));
+        self.findings.push(RawFinding {
+            path: path.to_owned(),
+            entry,
+            whole_file,
+        });
+    }
+
+    fn unreadable(&mut self, path: &str, reason: String, size: Option<u64>) {
+        if self
+            .unreadable
+            .iter()
+            .rev()
+            .take(8)
+            .any(|u| u.path == path && u.reason == reason)
+        {
+            return;
+        }
+        if self.unreadable.len() >= MAX_UNREADABLE {
+            self.omitted += 1;
+            return;
+        }
+        self.unreadable.push(RawUnreadable {
+            path: path.to_owned(),
+            reason,
+            size,
+        });
+    }
+}
+
+/// One decoded stream and its run matching.
+pub(crate) struct Space {
+    run: RunState,
+    pending: Vec<RunHit>,
+    hits: Vec<RunHit>,
+    confirm_factor: u64,
+}
+
+impl Space {
+    pub(crate) fn new(set: &WithheldSet, limits: &Limits) -> Space {
+        Space {
+            run: RunState::new(&set.runs),
+            pending: Vec::new(),
+            hits: Vec::new(),
+            confirm_factor: limits.max_confirm_factor,
+        }
+    }
+
+    fn feed(&mut self, set: &WithheldSet, chunk: &[u8]) {
+        let budget = self
+            .confirm_factor
+            .saturating_mul(self.run.pos() + chunk.len() as u64)
+            .saturating_add(64 << 20);
+        self.hits.clear();
+        let mut hits = std::mem::take(&mut self.hits);
+        self.run.feed(&set.runs, chunk, budget, &mut hits);
+        for h in hits.drain(..) {
+            if let Some(last) = self
+                .pending
+                .iter_mut()
+                .rev()
+                .take(4)
+                .find(|p| p.entry == h.entry)
+            {
+                if h.start < last.end {
+                    last.end = last.end.max(h.end);
+                    continue;
+                }
+            }
+            if self.pending.len() < MAX_PENDING {
+                self.pending.push(h);
+            }
+        }
+        self.hits = hits;
+    }
+
+    /// Attributes every pending hit inside `[start, end)` to `path` (an export member).
+    pub(crate) fn resolve_member(&mut self, start: u64, end: u64, path: &str, out: &mut Collected) {
+        self.resolve(start, end, path, out);
+    }
+
+    /// Ends an export's own stream: hits outside every member belong to the export itself.
+    pub(crate) fn finish_export(&mut self, out: &mut Collected) {
+        self.finish("", None, out);
+    }
+
+    /// Attributes every pending hit inside `[start, end)` to `path`.
+    fn resolve(&mut self, start: u64, end: u64, path: &str, out: &mut Collected) {
+        if self.pending.is_empty() {
+            return;
+        }
+        self.pending.retain(|h| {
+            if h.start >= start && h.end <= end {
+                out.find(path, h.entry, false);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Ends the stream: what no member claimed belongs to the stream's own path.
+    fn finish(&mut self, path: &str, size: Option<u64>, out: &mut Collected) {
+        self.resolve(0, u64::MAX, path, out);
+        if self.run.over_budget {
+            out.unreadable(path, "limit:confirmations".into(), size);
+        }
+    }
+}
+
+/// Feeds every byte read through it to a space's run matcher.
+pub(crate) struct Tee<'s, R> {
+    pub inner: R,
+    pub space: &'s RefCell<Space>,
+    pub set: &'s WithheldSet,
+}
+
+impl<R: Read> Read for Tee<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.space.borrow_mut().feed(self.set, &buf[..n]);
+        Ok(n)
+    }
+}
+
+/// Hashes a file's bytes when a whole-file entry could match it.
+struct Hashing<R> {
+    inner: R,
+    ctx: Option<ring::digest::Context>,
+    cap: u64,
+    n: u64,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(ctx) = self.ctx.as_mut() {
+            if self.n + n as u64 > self.cap {
+                self.ctx = None;
+            } else {
+                ctx.update(&buf[..n]);
+            }
+        }
+        self.n += n as u64;
+        Ok(n)
+    }
+}
+
+/// Counts bytes read (the encoded side of a decoder, for the ratio limit).
+struct Counting<'c, R> {
+    inner: R,
+    n: &'c Cell<u64>,
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.n.set(self.n.get() + n as u64);
+        Ok(n)
+    }
+}
+
+/// Tags a decoder's own errors with its node, and enforces the decoded-size limits.
+struct Decoded<'c, R> {
+    inner: R,
+    origin: u64,
+    codec: &'static str,
+    produced: u64,
+    encoded: &'c Cell<u64>,
+    total: Rc<Cell<u64>>,
+    limits: &'c Limits,
+    member: bool,
+    hit: Option<&'static str>,
+}
+
+impl<R: Read> Read for Decoded<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(name) = self.hit {
+            return Err(tagged(self.origin, format!("limit:{name}")));
+        }
+        let n = match self.inner.read(buf) {
+            Ok(n) => n,
+            Err(e) if ours(&e) => return Err(e),
+            Err(e) => return Err(tagged(self.origin, decoder_reason(self.codec, &e))),
+        };
+        self.produced += n as u64;
+        self.total.set(self.total.get() + n as u64);
+        let l = self.limits;
+        let hit = if self.total.get() > l.max_total_decoded {
+            Some("total-size")
+        } else if self.member && self.produced > l.max_member_decoded {
+            Some("member-size")
+        } else if self.member
+            && self.produced > l.ratio_floor
+            && self.produced / self.encoded.get().max(1) > l.max_ratio
+        {
+            Some("ratio")
+        } else {
+            None
+        };
+        if let Some(name) = hit {
+            self.hit = Some(name);
+            return Err(tagged(self.origin, format!("limit:{name}")));
+        }
+        Ok(n)
+    }
+}
+
+fn decoder_reason(codec: &str, e: &io::Error) -> String {
+    let msg = e.to_string();
+    if codec == "zstd" && (msg.contains("too much memory") || msg.contains("indowLog")) {
+        "limit:zstd-window".into()
+    } else if codec == "xz" && msg.contains("mem_limit") {
+        "limit:xz-memory".into()
+    } else {
+        format!("format:{codec}-corrupt")
+    }
+}
+
+/// A file to scan: where it is and what is known about it.
+#[derive(Debug, Clone)]
+pub(crate) struct Node<'p> {
+    /// Full path from the scan's root, `!`-separated.
+    pub path: &'p str,
+    /// This reader's exact size, when known.
+    pub size: Option<u64>,
+    /// The whole size of the file `path` names (for unreadable reports).
+    pub path_size: Option<u64>,
+    pub depth: u32,
+    /// An export member (a layer blob or the config): its decoder is not bound by the
+    /// per-member limits, only by the total.
+    pub top: bool,
+}
+
+/// One scan: the set, the limits, the totals and what was found.
+pub(crate) struct Scan<'a> {
+    pub set: &'a WithheldSet,
+    pub limits: &'a Limits,
+    pub out: Collected,
+    next_id: u64,
+    total: Rc<Cell<u64>>,
+}
+
+fn drain(r: &mut dyn Read) -> io::Result<u64> {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut n = 0u64;
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => return Ok(n),
+            Ok(k) => n += k as u64,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn join(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{parent}!{name}")
+    }
+}
+
+impl<'a> Scan<'a> {
+    pub(crate) fn new(set: &'a WithheldSet, limits: &'a Limits) -> Scan<'a> {
+        Scan {
+            set,
+            limits,
+            out: Collected::default(),
+            next_id: 1,
+            total: Rc::new(Cell::new(0)),
+        }
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Bytes all decoders produced so far.
+    pub(crate) fn decoded_total(&self) -> u64 {
+        self.total.get()
+    }
+
+    pub(crate) fn unreadable(&mut self, path: &str, reason: String, size: Option<u64>) {
+        self.out.unreadable(path, reason, size);
+    }
+
+    /// Scans one file whose bytes are `r` and live in `space` from offset `base`. Reads `r`
+    /// to its end. `Err` is an error that is not this file's own (see the module doc).
+    pub(crate) fn scan_node(
+        &mut self,
+        r: &mut dyn Read,
+        node: &Node<'_>,
+        space: &RefCell<Space>,
+        base: u64,
+    ) -> io::Result<()> {
+        self.out.files += 1;
+        let files = &self.set.files;
+        let mut hr = Hashing {
+            inner: r,
+            ctx: files
+                .wants(node.size)
+                .then(|| ring::digest::Context::new(&ring::digest::SHA256)),
+            cap: node.size.unwrap_or(files.max_size()),
+            n: 0,
+        };
+        let mut head = [0u8; SNIFF_LEN];
+        let mut got = 0;
+        while got < SNIFF_LEN {
+            match hr.read(&mut head[got..]) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let kind = sniff(&head[..got]);
+        {
+            let mut rd = io::Cursor::new(&head[..got]).chain(&mut hr);
+            self.open(&mut rd, kind, node, space, base)?;
+            drain(&mut rd)?;
+        }
+        if let Some(ctx) = hr.ctx.take() {
+            let digest = ctx.finish();
+            let mut sha = [0u8; 32];
+            sha.copy_from_slice(digest.as_ref());
+            for &entry in self.set.files.lookup(hr.n, &sha) {
+                self.out.find(node.path, entry, true);
+            }
+        }
+        Ok(())
+    }
+
+    fn open(
+        &mut self,
+        rd: &mut dyn Read,
+        kind: Kind,
+        node: &Node<'_>,
+        space: &RefCell<Space>,
+        base: u64,
+    ) -> io::Result<()> {
+        let container = !matches!(kind, Kind::Data | Kind::Unsupported(_));
+        if container && node.depth >= self.limits.max_depth {
+            self.unreadable(node.path, "limit:depth".into(), node.path_size);
+            return Ok(());
+        }
+        match kind {
+            Kind::Data => Ok(()),
+            Kind::Unsupported(name) => {
+                self.unreadable(node.path, format!("format:{name}"), node.path_size);
+                Ok(())
+            }
+            Kind::Tar => self.walk_tar(rd, node, space, base),
+            Kind::Zip => self.walk_zip(rd, node, space, base),
+            Kind::Gzip => self.decode(rd, "gzip", node),
+            Kind::Zstd => self.decode(rd, "zstd", node),
+            Kind::Xz => self.decode(rd, "xz", node),
+            Kind::Bzip2 => self.decode(rd, "bzip2", node),
+        }
+    }
+
+    fn walk_tar(
+        &mut self,
+        rd: &mut dyn Read,
+        node: &Node<'_>,
+        space: &RefCell<Space>,
+        base: u64,
+    ) -> io::Result<()> {
+        let id = self.id();
+        let mut tar = TarReader::new(rd, self.limits.max_tar_header).with_tag(id);
+        let reason = loop {
+            match tar.next_entry() {
+                Ok(Some(e)) => {
+                    let path = join(node.path, &escape_name(&e.path));
+                    if e.sparse {
+                        self.unreadable(&path, "format:tar-sparse".into(), Some(e.size));
+                    }
+                    let child = Node {
+                        path: &path,
+                        size: Some(e.size),
+                        path_size: Some(e.size),
+                        depth: node.depth + 1,
+                        top: false,
+                    };
+                    let res = self.scan_node(&mut tar.data(), &child, space, base + e.data_start);
+                    if let Err(err) = res {
+                        match own_reason(&err, id) {
+                            Some(reason) => break Some(reason),
+                            None => return Err(err),
+                        }
+                    }
+                    space.borrow_mut().resolve(
+                        base + e.start,
+                        base + e.data_start + e.size,
+                        &path,
+                        &mut self.out,
+                    );
+                }
+                Ok(None) => break None,
+                Err(TarError::Io(err)) => match own_reason(&err, id) {
+                    Some(reason) => break Some(reason),
+                    None => return Err(err),
+                },
+                Err(TarError::Truncated) => break Some("format:tar-truncated".to_owned()),
+                Err(TarError::Corrupt(_)) => break Some("format:tar-corrupt".to_owned()),
+                Err(TarError::HeaderLimit(_)) => break Some("limit:tar-header".to_owned()),
+            }
+        };
+        if let Some(reason) = reason {
+            self.unreadable(node.path, reason, node.path_size);
+        }
+        Ok(())
+    }
+
+    fn walk_zip(
+        &mut self,
+        rd: &mut dyn Read,
+        node: &Node<'_>,
+        space: &RefCell<Space>,
+        base: u64,
+    ) -> io::Result<()> {
+        let mut counted = Counted::new(BufReader::with_capacity(64 << 10, rd));
+        let limits = ZipLimits {
+            max_entries: self.limits.max_zip_entries,
+            zstd_window_log_max: self.limits.zstd_window_log_max,
+            xz_memory_kib: self.limits.xz_memory_kib,
+        };
+        let mut v = ZipWalk {
+            scan: self,
+            node,
+            space,
+            base,
+        };
+        match zip::walk_zip(&mut counted, limits, &mut v) {
+            Ok(()) => Ok(()),
+            Err(zip::ZipError::Io(e)) if ours(&e) => Err(e),
+            Err(e) => {
+                self.unreadable(node.path, e.reason(), node.path_size);
+                Ok(())
+            }
+        }
+    }
+
+    /// Opens a compressed stream: its output is a new space, scanned as the same path.
+    fn decode(
+        &mut self,
+        rd: &mut dyn Read,
+        codec: &'static str,
+        node: &Node<'_>,
+    ) -> io::Result<()> {
+        let id = self.id();
+        let encoded = Cell::new(0u64);
+        let input = BufReader::with_capacity(
+            64 << 10,
+            Counting {
+                inner: rd,
+                n: &encoded,
+            },
+        );
+        let dec: Box<dyn Read + '_> = match codec {
+            "gzip" => Box::new(flate2::bufread::MultiGzDecoder::new(input)),
+            "zstd" => {
+                let mut d = match zstd::stream::read::Decoder::with_buffer(input) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        return self.decoder_failed(
+                            id,
+                            tagged(id, decoder_reason("zstd", &e)),
+                            node,
+                        )
+                    }
+                };
+                if let Err(e) = d.window_log_max(self.limits.zstd_window_log_max) {
+                    return self.decoder_failed(id, tagged(id, decoder_reason("zstd", &e)), node);
+                }
+                Box::new(d)
+            }
+            "xz" => Box::new(lzma_rust2::XzReader::new_mem_limit(
+                input,
+                true,
+                self.limits.xz_memory_kib,
+            )),
+            _ => Box::new(bzip2::bufread::MultiBzDecoder::new(input)),
+        };
+        self.decoded_space(dec, id, codec, &encoded, node)
+    }
+
+    fn decoder_failed(&mut self, id: u64, e: io::Error, node: &Node<'_>) -> io::Result<()> {
+        match own_reason(&e, id) {
+            Some(reason) => {
+                self.unreadable(node.path, reason, node.path_size);
+                Ok(())
+            }
+            None => Err(e),
+        }
+    }
+
+    /// Scans a decoder's output as a new space named `node.path`.
+    fn decoded_space(
+        &mut self,
+        dec: Box<dyn Read + '_>,
+        id: u64,
+        codec: &'static str,
+        encoded: &Cell<u64>,
+        node: &Node<'_>,
+    ) -> io::Result<()> {
+        self.out.streams += 1;
+        let child_space = RefCell::new(Space::new(self.set, self.limits));
+        let limits = self.limits;
+        let result = {
+            let mut tee = Tee {
+                inner: Decoded {
+                    inner: dec,
+                    origin: id,
+                    codec,
+                    produced: 0,
+                    encoded,
+                    total: Rc::clone(&self.total),
+                    limits,
+                    member: !node.top,
+                    hit: None,
+                },
+                space: &child_space,
+                set: self.set,
+            };
+            let child = Node {
+                path: node.path,
+                size: None,
+                path_size: node.path_size,
+                depth: node.depth + 1,
+                top: false,
+            };
+            self.scan_node(&mut tee, &child, &child_space, 0)
+        };
+        child_space
+            .borrow_mut()
+            .finish(node.path, node.path_size, &mut self.out);
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) => self.decoder_failed(id, e, node),
+        }
+    }
+}
+
+struct ZipWalk<'s, 'a, 'n, 'p> {
+    scan: &'s mut Scan<'a>,
+    node: &'n Node<'p>,
+    space: &'n RefCell<Space>,
+    base: u64,
+}
+
+impl ZipWalk<'_, '_, '_, '_> {
+    fn path(&self, m: &ZipMember) -> String {
+        join(self.node.path, &escape_name(&m.name))
+    }
+}
+
+impl ZipVisitor for ZipWalk<'_, '_, '_, '_> {
+    fn content(&mut self, m: &ZipMember, data: MemberData<'_>) -> io::Result<()> {
+        let path = self.path(m);
+        let depth = self.node.depth + 1;
+        match data {
+            MemberData::Stored(r) => {
+                let child = Node {
+                    path: &path,
+                    size: m.csize,
+                    path_size: m.csize,
+                    depth,
+                    top: false,
+                };
+                self.scan
+                    .scan_node(r, &child, self.space, self.base + m.data_start)
+            }
+            MemberData::Decoded(r) => {
+                let id = self.scan.id();
+                let codec = match m.method {
+                    8 => "zip-deflate",
+                    12 => "zip-bzip2",
+                    93 => "zip-zstd",
+                    _ => "zip-xz",
+                };
+                // Unknown compressed size (a data descriptor): no ratio, the size limit still holds.
+                let encoded = Cell::new(m.csize.map_or(u64::MAX, |c| c.max(1)));
+                let child = Node {
+                    path: &path,
+                    size: m.usize,
+                    path_size: m.usize,
+                    depth,
+                    top: false,
+                };
+                self.scan
+                    .decoded_space(Box::new(r), id, codec, &encoded, &child)
+            }
+        }
+    }
+
+    fn unreadable(&mut self, m: &ZipMember, reason: String, size: u64) {
+        let path = self.path(m);
+        self.scan.unreadable(&path, reason, Some(size));
+    }
+
+    fn done(&mut self, m: &ZipMember, end: u64, size: u64) {
+        let path = self.path(m);
+        self.space.borrow_mut().resolve(
+            self.base + m.start,
+            self.base + end,
+            &path,
+            &mut self.scan.out,
+        );
+        for u in self.scan.out.unreadable.iter_mut().rev().take(64) {
+            if u.size.is_none() && u.path == path {
+                u.size = Some(size);
+            }
+        }
+    }
+}
+
+/// What [`scan_file_bytes`] found in one file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileScan {
+    /// (path, entry id, whole-file match) of every find.
+    pub findings: Vec<(String, String, bool)>,
+    /// (path, reason, whole-file size) of every unreadable file.
+    pub unreadable: Vec<(String, String, u64)>,
+    /// Files (including archive members and decoded streams) read.
+    pub files: u64,
+}
+
+/// Scans one file held in memory, named `name`, recursively: the fuzz target for the archive
+/// and compression readers, and the way tests check a single file.
+pub fn scan_file_bytes(name: &str, bytes: &[u8], set: &WithheldSet, limits: &Limits) -> FileScan {
+    let mut scan = Scan::new(set, limits);
+    let space = RefCell::new(Space::new(set, limits));
+    let size = bytes.len() as u64;
+    let node = Node {
+        path: name,
+        size: Some(size),
+        path_size: Some(size),
+        depth: 0,
+        top: false,
+    };
+    let res = {
+        let mut tee = Tee {
+            inner: Source(bytes),
+            space: &space,
+            set,
+        };
+        scan.scan_node(&mut tee, &node, &space, 0)
+    };
+    space.borrow_mut().finish(name, Some(size), &mut scan.out);
+    if let Err(e) = res {
+        // Reading memory cannot fail; anything here is a bug in tagging, kept visible.
+        scan.out
+            .unreadable(name, format!("format:internal-{}", e.kind()), Some(size));
+    }
+    let entries = set.entries();
+    FileScan {
+        findings: scan
+            .out
+            .findings
+            .iter()
+            .map(|f| (f.path.clone(), entries[f.entry].id.clone(), f.whole_file))
+            .collect(),
+        unreadable: scan
+            .out
+            .unreadable
+            .iter()
+            .map(|u| (u.path.clone(), u.reason.clone(), u.size.unwrap_or(0)))
+            .collect(),
+        files: scan.out.files,
+    }
+}
