@@ -1,0 +1,441 @@
+//! The broker's relay against a real local upstream (plain HTTP and TLS with a CA made in
+//! the test), over a loopback port and a Unix socket, with raw HTTP/1.1 requests so every
+//! trick reaches the relay exactly as written.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use plimsoll_grants::{Endpoint, Grants, Outcome};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    target: String,
+    headers: BTreeMap<String, String>,
+    body: Vec<u8>,
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+async fn answer(
+    req: hyper::Request<hyper::body::Incoming>,
+    log: Log,
+) -> hyper::Response<Full<Bytes>> {
+    let method = req.method().to_string();
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    let body = req.into_body().collect().await.unwrap().to_bytes().to_vec();
+    log.lock().unwrap().push(Seen {
+        method,
+        target: target.clone(),
+        headers,
+        body,
+    });
+    let (status, body) = if target.starts_with("/big") {
+        (200, vec![b'x'; 100_000])
+    } else {
+        (201, br#"{"ok":true}"#.to_vec())
+    };
+    let mut r = hyper::Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    r.headers_mut()
+        .insert("set-cookie", "session=upstream".parse().unwrap());
+    r
+}
+
+async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(s: S, log: Log) {
+    let svc = hyper::service::service_fn(move |req| {
+        let log = log.clone();
+        async move { Ok::<_, std::convert::Infallible>(answer(req, log).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(s), svc)
+        .await;
+}
+
+/// A plain HTTP upstream on loopback that records what arrives.
+async fn upstream() -> (SocketAddr, Log) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let log: Log = Default::default();
+    let log2 = log.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            tokio::spawn(serve_conn(s, log2.clone()));
+        }
+    });
+    (addr, log)
+}
+
+/// A TLS upstream with a certificate for 127.0.0.1 from a CA written to `dir/ca.pem`.
+async fn tls_upstream(dir: &Path) -> (SocketAddr, Log) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca_cert, &ca_key)
+        .unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![leaf.der().clone()],
+        rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+    )
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let log: Log = Default::default();
+    let log2 = log.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let (acceptor, log) = (acceptor.clone(), log2.clone());
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(s).await {
+                    serve_conn(tls, log).await;
+                }
+            });
+        }
+    });
+    (addr, log)
+}
+
+struct Reply {
+    status: u16,
+    headers: String,
+    body: String,
+}
+
+/// One raw HTTP/1.1 call to the relay, target sent exactly as given.
+async fn call(
+    ep: &Endpoint,
+    secret: Option<&str>,
+    method: &str,
+    target: &str,
+    body: &str,
+) -> Reply {
+    let mut req = format!(
+        "{method} {target} HTTP/1.1\r\nhost: relay\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    if let Some(s) = secret {
+        req.push_str(&format!("x-plimsoll-grant-secret: {s}\r\n"));
+    }
+    req.push_str("content-type: application/json\r\nauthorization: Bearer sandbox-made-this-up\r\ncookie: a=b\r\n\r\n");
+    req.push_str(body);
+    let mut out = Vec::new();
+    match ep {
+        Endpoint::Tcp(a) => {
+            let mut s = tokio::net::TcpStream::connect(a).await.unwrap();
+            s.write_all(req.as_bytes()).await.unwrap();
+            s.read_to_end(&mut out).await.unwrap();
+        }
+        Endpoint::Unix(p) => {
+            let mut s = tokio::net::UnixStream::connect(p).await.unwrap();
+            s.write_all(req.as_bytes()).await.unwrap();
+            s.read_to_end(&mut out).await.unwrap();
+        }
+    }
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Reply {
+        status,
+        headers: head.to_ascii_lowercase(),
+        body: body.to_owned(),
+    }
+}
+
+fn grants(profile: &str, env: &[(&str, &str)], dir: &Path) -> Grants {
+    let env: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let file = format!(r#"{{"version":1,"profiles":{{"p":{profile}}}}}"#);
+    Grants::from_bytes(file.as_bytes(), dir, &|n| env.get(n).cloned()).unwrap()
+}
+
+const KEY: &str = "upstream-key-7f3a9c";
+
+#[tokio::test]
+async fn forwards_granted_calls_with_the_credential_and_refuses_the_rest() {
+    let (addr, log) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = grants(
+        &format!(
+            r#"{{"base_url":"http://{addr}","routes":["GET /v1/items/{{id}}","POST /v1/items"],
+            "allowed_callers":["c"],"credential":{{"env":"API_KEY"}}}}"#
+        ),
+        &[("API_KEY", KEY)],
+        dir.path(),
+    );
+    let grant = g.grant("p", "c").unwrap();
+    let relay = grant.open_loopback().await.unwrap();
+    let ep = relay.endpoint().clone();
+    let secret = relay.secret().to_owned();
+    let env = relay.env();
+    assert!(env
+        .iter()
+        .any(|(k, v)| k == "PLIMSOLL_GRANT_URL" && v.starts_with("http://127.0.0.1:")));
+    assert!(!env.iter().any(|(_, v)| v.contains(KEY)));
+
+    let ok = call(
+        &ep,
+        Some(&secret),
+        "GET",
+        "/v1/items/42?expand=all&q=%2F",
+        "",
+    )
+    .await;
+    assert_eq!(ok.status, 201);
+    assert_eq!(ok.body, r#"{"ok":true}"#);
+    assert!(!ok.headers.contains("set-cookie"), "{}", ok.headers);
+    let posted = call(&ep, Some(&secret), "POST", "/v1/items", r#"{"a":1}"#).await;
+    assert_eq!(posted.status, 201);
+
+    for (method, target) in [
+        ("GET", "/v1/other"),
+        ("DELETE", "/v1/items/42"),
+        ("GET", "/v1/items/../admin"),
+        ("GET", "/v1/items/..%2Fadmin"),
+        ("GET", "/v1/items/a%2fb"),
+        ("GET", "/v1/items/%2e%2e"),
+        ("GET", "/v1//items/1"),
+        ("GET", "http://evil.example/v1/items/1"),
+    ] {
+        let r = call(&ep, Some(&secret), method, target, "").await;
+        assert_eq!(r.status, 403, "{method} {target}: {}", r.body);
+        assert!(
+            r.headers.contains("x-plimsoll-broker: refused"),
+            "{}",
+            r.headers
+        );
+        assert!(
+            !r.body.contains("admin") && !r.body.contains("evil"),
+            "{}",
+            r.body
+        );
+    }
+    let no_secret = call(&ep, None, "GET", "/v1/items/1", "").await;
+    assert_eq!(no_secret.status, 401);
+    let wrong = call(&ep, Some(&"0".repeat(64)), "GET", "/v1/items/1", "").await;
+    assert_eq!(wrong.status, 401);
+    relay.close().await;
+
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(
+        (seen[0].method.as_str(), seen[0].target.as_str()),
+        ("GET", "/v1/items/42?expand=all&q=%2F")
+    );
+    assert_eq!(seen[0].headers["authorization"], format!("Bearer {KEY}"));
+    assert!(!seen[0].headers.contains_key("cookie"));
+    assert_eq!(seen[1].body, br#"{"a":1}"#);
+    assert_eq!(seen[1].headers["content-type"], "application/json");
+
+    let t = grant.trace();
+    let text = serde_json::to_string(&t).unwrap();
+    assert!(
+        !text.contains("42")
+            && !text.contains("expand")
+            && !text.contains("admin")
+            && !text.contains(KEY),
+        "{text}"
+    );
+    assert_eq!((t.forwarded, t.refused, t.unauthenticated), (2, 8, 2));
+    assert_eq!(t.calls[0].route, "/v1/items/{id}");
+    assert_eq!(t.calls[0].outcome, Outcome::Forwarded);
+    assert_eq!(t.calls[3].route, "/v1/items/{id}");
+    assert_eq!(t.calls[3].reason, Some("method_not_granted"));
+    assert_eq!(t.calls[4].reason, Some("traversal"));
+    assert_eq!(t.calls[5].reason, Some("forbidden_escape"));
+    assert!(
+        t.summary().contains("GET /v1/items/{id} 201 x1"),
+        "{}",
+        t.summary()
+    );
+}
+
+#[tokio::test]
+async fn tls_upstream_with_a_ca_file_and_a_unix_socket_relay() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, log) = tls_upstream(dir.path()).await;
+    let g = grants(
+        &format!(
+            r#"{{"base_url":"https://{addr}","routes":["GET /secure"],"allowed_callers":["*"],
+            "ca_file":"ca.pem","credential":{{"file":"key.txt","placement":"basic","username":"bot"}}}}"#
+        ),
+        &[],
+        &{
+            std::fs::write(dir.path().join("key.txt"), format!("{KEY}\n")).unwrap();
+            dir.path().to_owned()
+        },
+    );
+    let grant = g.grant("p", "anyone").unwrap();
+    let sock = dir.path().join("relay.sock");
+    let relay = grant.open_unix(&sock).await.unwrap();
+    assert!(relay
+        .env()
+        .iter()
+        .any(|(k, v)| k == "PLIMSOLL_GRANT_SOCKET" && v == sock.to_str().unwrap()));
+    let r = call(relay.endpoint(), Some(relay.secret()), "GET", "/secure", "").await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    relay.close().await;
+    assert!(!sock.exists());
+    let seen = log.lock().unwrap().clone();
+    use base64::Engine as _;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("bot:{KEY}"));
+    assert_eq!(seen[0].headers["authorization"], format!("Basic {basic}"));
+}
+
+#[tokio::test]
+async fn a_wrong_ca_fails_the_call_and_sends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, log) = tls_upstream(dir.path()).await;
+    // A second, unrelated CA.
+    let other = tempfile::tempdir().unwrap();
+    let _ = tls_upstream(other.path()).await;
+    let g = grants(
+        &format!(
+            r#"{{"base_url":"https://{addr}","routes":["GET /secure"],"allowed_callers":["*"],
+            "ca_file":"{}"}}"#,
+            other.path().join("ca.pem").display()
+        ),
+        &[],
+        dir.path(),
+    );
+    let grant = g.grant("p", "x").unwrap();
+    let relay = grant.open_loopback().await.unwrap();
+    let r = call(relay.endpoint(), Some(relay.secret()), "GET", "/secure", "").await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert!(r.body.contains("upstream_unreachable"));
+    assert!(log.lock().unwrap().is_empty());
+    assert_eq!(grant.trace().calls[0].outcome, Outcome::Failed);
+}
+
+#[tokio::test]
+async fn limits_are_enforced() {
+    let (addr, log) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = grants(
+        &format!(
+            r#"{{"base_url":"http://{addr}","routes":["POST /in","GET /big"],"allowed_callers":["*"],
+            "limits":{{"calls_per_run":4,"request_bytes":10,"response_bytes":1000}}}}"#
+        ),
+        &[],
+        dir.path(),
+    );
+    let grant = g.grant("p", "x").unwrap();
+    let relay = grant.open_loopback().await.unwrap();
+    let (ep, s) = (relay.endpoint().clone(), relay.secret().to_owned());
+    assert_eq!(
+        call(&ep, Some(&s), "POST", "/in", "0123456789")
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        call(&ep, Some(&s), "POST", "/in", "0123456789a")
+            .await
+            .status,
+        413
+    );
+    let big = call(&ep, Some(&s), "GET", "/big", "").await;
+    assert_eq!(big.status, 502);
+    assert!(big.body.contains("response_too_large") && !big.body.contains("xxxx"));
+    assert_eq!(call(&ep, Some(&s), "GET", "/nope", "").await.status, 403);
+    // The budget (4) is spent, by allowed and refused calls alike.
+    let over = call(&ep, Some(&s), "POST", "/in", "1").await;
+    assert_eq!(over.status, 429);
+    assert!(over.body.contains("calls_per_run"));
+    relay.close().await;
+    // Only the first POST and the /big call reached the upstream.
+    assert_eq!(log.lock().unwrap().len(), 2);
+    let t = grant.trace();
+    let reasons: Vec<_> = t.calls.iter().map(|c| c.reason.unwrap_or("-")).collect();
+    assert_eq!(
+        reasons,
+        vec![
+            "-",
+            "request_too_large",
+            "response_too_large",
+            "not_granted",
+            "calls_per_run"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn calls_in_flight_are_capped_and_close_cuts_them() {
+    // An upstream that never answers.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let held2 = held.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            held2.lock().unwrap().push(s);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let g = grants(
+        &format!(
+            r#"{{"base_url":"http://{addr}","routes":["GET /slow"],"allowed_callers":["*"],
+            "limits":{{"calls_in_flight":1}}}}"#
+        ),
+        &[],
+        dir.path(),
+    );
+    let grant = g.grant("p", "x").unwrap();
+    let relay = grant.open_loopback().await.unwrap();
+    let (ep, s) = (relay.endpoint().clone(), relay.secret().to_owned());
+    let first = {
+        let (ep, s) = (ep.clone(), s.clone());
+        tokio::spawn(async move { call(&ep, Some(&s), "GET", "/slow", "").await })
+    };
+    // Wait until the first call is held by the upstream.
+    for _ in 0..200 {
+        if !held.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let second = call(&ep, Some(&s), "GET", "/slow", "").await;
+    assert_eq!(second.status, 429);
+    assert!(second.body.contains("calls_in_flight"));
+    relay.close().await;
+    // The held call is cut when the relay closes: the sandbox sees the connection end.
+    let r = first.await.unwrap();
+    assert_eq!(r.status, 0);
+}
