@@ -1,0 +1,376 @@
+//! The Docker Engine API, narrowed to what the provider does: connect, read facts, create,
+//! start, kill and remove containers carrying this daemon's labels. The container
+//! specification is a pure function ([`container_body`]) so its lockdown is unit-tested.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
+    MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
+};
+use bollard::query_parameters::{
+    CreateContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
+    RemoveContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+
+use crate::config::{Limits, Runtime};
+
+/// Label naming the daemon start that created a container (random per start).
+pub const LABEL_INSTANCE: &str = "io.plimsoll.instance";
+/// Label naming the run (or pool slot) a container serves.
+pub const LABEL_RUN: &str = "io.plimsoll.run";
+/// The user every container runs as: not root, not a system account.
+pub const GUEST_USER: &str = "61000:61000";
+/// Where the per-run host directory (sandboxd's socket) is mounted in the container.
+pub const CHANNEL_DIR: &str = "/run/plimsoll";
+/// sandboxd's socket, inside [`CHANNEL_DIR`].
+pub const SOCKET_NAME: &str = "sandboxd.sock";
+/// The per-run token file, inside [`CHANNEL_DIR`] until sandboxd has read it.
+pub const TOKEN_NAME: &str = "token";
+/// sandboxd inside the image.
+pub const SANDBOXD_PATH: &str = "/usr/local/bin/plimsoll-sandboxd";
+/// sandboxd's run root inside the container (a tmpfs).
+pub const WORK_DIR: &str = "/work";
+
+/// How long the engine is given for one API call before it is treated as unreachable.
+pub const API_TIMEOUT_S: u64 = 60;
+
+/// Everything that varies between containers of one provider.
+#[derive(Debug, Clone)]
+pub struct Spec<'a> {
+    /// The verified image content ID (`sha256:…`).
+    pub image_id: &'a str,
+    /// The OCI runtime.
+    pub runtime: Runtime,
+    /// Resource limits.
+    pub limits: Limits,
+    /// A seccomp profile's JSON, or `None` for the engine's default profile.
+    pub seccomp_json: Option<&'a str>,
+    /// This daemon start's instance id.
+    pub instance: &'a str,
+    /// The run id.
+    pub run_id: &'a str,
+    /// The per-run host directory mounted at [`CHANNEL_DIR`].
+    pub host_dir: &'a Path,
+    /// sandboxd's default deadline.
+    pub default_timeout_ms: u64,
+    /// Bytes kept per output stream per program.
+    pub output_bytes: usize,
+}
+
+/// The container name for a run id.
+pub fn container_name(run_id: &str) -> String {
+    format!("plimsoll-{run_id}")
+}
+
+fn tmpfs_opts(size_mb: u32, extra: &str) -> String {
+    format!("rw,noexec,nosuid,nodev,size={size_mb}m{extra}")
+}
+
+/// The locked-down container: no network, read-only root, size-limited noexec tmpfs
+/// mounts, every capability dropped, no new privileges, a non-root user, pids/memory/CPU
+/// limits, the default (or given) seccomp profile, and one host mount: the per-run
+/// directory holding sandboxd's socket. sandboxd is the entrypoint.
+pub fn container_body(s: &Spec<'_>) -> ContainerCreateBody {
+    let mem = i64::from(s.limits.memory_mb) * 1024 * 1024;
+    let mut security_opt = vec!["no-new-privileges:true".to_owned()];
+    if let Some(json) = s.seccomp_json {
+        security_opt.push(format!("seccomp={json}"));
+    }
+    let tmpfs = HashMap::from([
+        ("/tmp".to_owned(), tmpfs_opts(s.limits.tmp_mb, "")),
+        ("/dev/shm".to_owned(), tmpfs_opts(s.limits.shm_mb, "")),
+        (
+            WORK_DIR.to_owned(),
+            tmpfs_opts(s.limits.work_mb, ",mode=1777"),
+        ),
+    ]);
+    let labels = HashMap::from([
+        (LABEL_INSTANCE.to_owned(), s.instance.to_owned()),
+        (LABEL_RUN.to_owned(), s.run_id.to_owned()),
+    ]);
+    let socket = format!("{CHANNEL_DIR}/{SOCKET_NAME}");
+    let token = format!("{CHANNEL_DIR}/{TOKEN_NAME}");
+    let cmd = vec![
+        "--unix-socket".to_owned(),
+        socket,
+        "--token-file".to_owned(),
+        token,
+        "--root-dir".to_owned(),
+        WORK_DIR.to_owned(),
+        "--default-timeout-ms".to_owned(),
+        s.default_timeout_ms.to_string(),
+        "--output-bytes".to_owned(),
+        s.output_bytes.to_string(),
+        "--log-format".to_owned(),
+        "json".to_owned(),
+    ];
+    ContainerCreateBody {
+        image: Some(s.image_id.to_owned()),
+        entrypoint: Some(vec![SANDBOXD_PATH.to_owned()]),
+        cmd: Some(cmd),
+        // Only what sandboxd needs; the runner gives each program its own fixed environment.
+        env: Some(vec![format!("PATH={}", plimsoll_runner::FIXED_PATH)]),
+        user: Some(GUEST_USER.to_owned()),
+        working_dir: Some(WORK_DIR.to_owned()),
+        hostname: Some("sandbox".to_owned()),
+        labels: Some(labels),
+        attach_stdin: Some(false),
+        attach_stdout: Some(false),
+        attach_stderr: Some(false),
+        open_stdin: Some(false),
+        tty: Some(false),
+        stop_timeout: Some(1),
+        host_config: Some(HostConfig {
+            runtime: Some(s.runtime.as_str().to_owned()),
+            network_mode: Some("none".to_owned()),
+            readonly_rootfs: Some(true),
+            privileged: Some(false),
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            cap_add: Some(vec![]),
+            security_opt: Some(security_opt),
+            memory: Some(mem),
+            memory_swap: Some(mem),
+            nano_cpus: Some((s.limits.cpus * 1e9) as i64),
+            pids_limit: Some(i64::from(s.limits.pids)),
+            ulimits: Some(vec![
+                ResourcesUlimits {
+                    name: Some("core".into()),
+                    soft: Some(0),
+                    hard: Some(0),
+                },
+                ResourcesUlimits {
+                    name: Some("nofile".into()),
+                    soft: Some(4096),
+                    hard: Some(4096),
+                },
+            ]),
+            ipc_mode: Some("private".to_owned()),
+            tmpfs: Some(tmpfs),
+            mounts: Some(vec![Mount {
+                target: Some(CHANNEL_DIR.to_owned()),
+                source: Some(s.host_dir.display().to_string()),
+                typ: Some(MountType::BIND),
+                read_only: Some(false),
+                bind_options: Some(MountBindOptions {
+                    propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                    non_recursive: Some(true),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            log_config: Some(HostConfigLogConfig {
+                typ: Some("json-file".to_owned()),
+                config: Some(HashMap::from([
+                    ("max-size".to_owned(), "256k".to_owned()),
+                    ("max-file".to_owned(), "1".to_owned()),
+                ])),
+            }),
+            auto_remove: Some(false),
+            init: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Creates and starts the container; on a start failure the created container is removed.
+pub async fn create_and_start(docker: &Docker, s: &Spec<'_>) -> Result<String, String> {
+    let created = docker
+        .create_container(
+            Some(CreateContainerOptions {
+                name: Some(container_name(s.run_id)),
+                platform: String::new(),
+            }),
+            container_body(s),
+        )
+        .await
+        .map_err(|e| format!("the engine refused to create the container: {e}"))?;
+    if let Err(e) = docker.start_container(&created.id, None).await {
+        remove(docker, &created.id).await;
+        return Err(format!("the engine could not start the container: {e}"));
+    }
+    Ok(created.id)
+}
+
+/// Kills the container (SIGKILL to every process in it). Errors are logged: a container
+/// already gone is what was wanted.
+pub async fn kill(docker: &Docker, id: &str) {
+    if let Err(e) = docker
+        .kill_container(
+            id,
+            Some(KillContainerOptions {
+                signal: "KILL".into(),
+            }),
+        )
+        .await
+    {
+        tracing::debug!(container = %short(id), error = %e, "kill");
+    }
+}
+
+/// Removes the container, killing it first if it runs. Logged, never fatal.
+pub async fn remove(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        link: false,
+    };
+    if let Err(e) = docker.remove_container(id, Some(opts)).await {
+        if !is_not_found(&e) {
+            tracing::warn!(container = %short(id), error = %e, "could not remove a sandbox container");
+        }
+    }
+}
+
+/// Whether an engine error says the object does not exist.
+pub fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(
+        e,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+/// IDs of every container (running or not) whose label `key` equals `value`.
+pub async fn containers_labelled(
+    docker: &Docker,
+    key: &str,
+    value: &str,
+) -> Result<Vec<String>, bollard::errors::Error> {
+    let filters = HashMap::from([("label".to_owned(), vec![format!("{key}={value}")])]);
+    let list = docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await?;
+    Ok(list.into_iter().filter_map(|c| c.id).collect())
+}
+
+/// The last lines the container wrote (sandboxd's own log), for a startup error message.
+pub async fn log_tail(docker: &Docker, id: &str) -> String {
+    let mut stream = docker.logs(
+        id,
+        Some(LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: "20".into(),
+            ..Default::default()
+        }),
+    );
+    let mut out = String::new();
+    while let Some(Ok(chunk)) = stream.next().await {
+        out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+        if out.len() > 8192 {
+            break;
+        }
+    }
+    out.trim().to_owned()
+}
+
+/// The first 12 hex digits of an ID, for logs.
+pub fn short(id: &str) -> &str {
+    let id = id.strip_prefix("sha256:").unwrap_or(id);
+    &id[..id.len().min(12)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(dir: &Path) -> Spec<'_> {
+        Spec {
+            image_id: "sha256:abc",
+            runtime: Runtime::Runc,
+            limits: Limits {
+                memory_mb: 256,
+                cpus: 0.5,
+                pids: 64,
+                tmp_mb: 16,
+                shm_mb: 16,
+                work_mb: 100,
+            },
+            seccomp_json: None,
+            instance: "inst",
+            run_id: "run1",
+            host_dir: dir,
+            default_timeout_ms: 30_000,
+            output_bytes: 1000,
+        }
+    }
+
+    #[test]
+    fn the_container_is_locked_down() {
+        let dir = Path::new("/state/docker/run1");
+        let b = container_body(&spec(dir));
+        let h = b.host_config.as_ref().unwrap();
+        assert_eq!(b.image.as_deref(), Some("sha256:abc"));
+        assert_eq!(b.user.as_deref(), Some(GUEST_USER));
+        assert_eq!(h.network_mode.as_deref(), Some("none"));
+        assert_eq!(h.readonly_rootfs, Some(true));
+        assert_eq!(h.privileged, Some(false));
+        assert_eq!(h.cap_drop.as_deref(), Some(&["ALL".to_owned()][..]));
+        assert!(h.cap_add.as_ref().unwrap().is_empty());
+        assert!(h
+            .security_opt
+            .as_ref()
+            .unwrap()
+            .contains(&"no-new-privileges:true".to_owned()));
+        assert!(!h
+            .security_opt
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|o| o.contains("unconfined")));
+        assert_eq!(h.memory, Some(256 * 1024 * 1024));
+        assert_eq!(h.memory_swap, h.memory);
+        assert_eq!(h.pids_limit, Some(64));
+        assert_eq!(h.nano_cpus, Some(500_000_000));
+        let tmpfs = h.tmpfs.as_ref().unwrap();
+        assert_eq!(tmpfs.len(), 3);
+        for (path, opts) in tmpfs {
+            assert!(
+                opts.contains("noexec") && opts.contains("nosuid"),
+                "{path}: {opts}"
+            );
+            assert!(opts.contains("size="), "{path}: {opts}");
+        }
+        assert!(tmpfs["/work"].contains("size=100m"));
+        // The only host mount is the per-run channel directory.
+        let mounts = h.mounts.as_ref().unwrap();
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].source.as_deref(), Some("/state/docker/run1"));
+        assert_eq!(mounts[0].target.as_deref(), Some(CHANNEL_DIR));
+        assert!(h.binds.is_none());
+        assert_eq!(
+            b.entrypoint.as_deref(),
+            Some(&[SANDBOXD_PATH.to_owned()][..])
+        );
+        let labels = b.labels.as_ref().unwrap();
+        assert_eq!(labels[LABEL_INSTANCE], "inst");
+        assert_eq!(labels[LABEL_RUN], "run1");
+    }
+
+    #[test]
+    fn a_given_seccomp_profile_is_passed_inline() {
+        let dir = Path::new("/d");
+        let mut s = spec(dir);
+        s.seccomp_json = Some("{\"defaultAction\":\"SCMP_ACT_ERRNO\"}");
+        s.runtime = Runtime::Runsc;
+        let b = container_body(&s);
+        let h = b.host_config.unwrap();
+        assert!(h
+            .security_opt
+            .unwrap()
+            .iter()
+            .any(|o| o.starts_with("seccomp={")));
+        assert_eq!(h.runtime.as_deref(), Some("runsc"));
+    }
+}
