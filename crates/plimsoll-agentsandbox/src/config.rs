@@ -1,0 +1,271 @@
+//! The provider's typed configuration, parsed from the `SANDBOX_AGENTSANDBOX_*` variables
+//! that plimsolld's configuration reads in one place (it hands them over through a lookup
+//! function, so tests never touch the process environment).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The port plimsolld dials on every pod: the terminator's TLS listener.
+pub const SANDBOXD_PORT: u16 = 9090;
+
+/// Namespace used when `SANDBOX_AGENTSANDBOX_NAMESPACE` is unset (the shipped `k8s/`).
+pub const DEFAULT_NAMESPACE: &str = "plimsoll-sandboxes";
+/// SandboxTemplate used when `SANDBOX_AGENTSANDBOX_TEMPLATE` is unset (the shipped `k8s/`).
+pub const DEFAULT_TEMPLATE: &str = "plimsoll-sandboxd";
+/// SandboxWarmPool used when `SANDBOX_AGENTSANDBOX_WARM_POOL` is unset (the shipped `k8s/`).
+pub const DEFAULT_WARM_POOL: &str = "plimsoll-pool";
+/// How long a run waits for its claim to become Ready by default.
+pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Every variable this provider reads, with one line of help (plimsolld lists them in
+/// `--help`; the daemon's own table carries the same names).
+pub const VARIABLES: &[(&str, &str)] = &[
+    (
+        "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE",
+        "PEM CA certificates the pod certificate must chain to (required)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME",
+        "name checked in the pod certificate (default sandboxd.plimsoll.invalid)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
+        "the sandboxd token plimsolld presents (required)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_NAMESPACE",
+        "namespace of the warm pool (default plimsoll-sandboxes)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_TEMPLATE",
+        "SandboxTemplate name (default plimsoll-sandboxd)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_WARM_POOL",
+        "SandboxWarmPool name (default plimsoll-pool)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_KUBECONFIG",
+        "kubeconfig file for the Kubernetes API (default: in-cluster, then KUBECONFIG)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS",
+        "how long a run waits for its SandboxClaim to be Ready (default 60000); then capacity",
+    ),
+];
+
+/// A bad or missing variable: its name and what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: {message}")]
+pub struct ConfigError {
+    /// The variable.
+    pub name: &'static str,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+/// Everything the agent-sandbox provider needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSandboxConfig {
+    /// PEM CA certificates the pod certificate must chain to (never the system's roots).
+    pub ca_file: PathBuf,
+    /// The name checked in the pod certificate.
+    pub server_name: String,
+    /// The file holding the sandboxd token plimsolld presents (first non-empty line).
+    pub token_file: PathBuf,
+    /// Namespace of the template, warm pool and claims.
+    pub namespace: String,
+    /// The SandboxTemplate read back at startup.
+    pub template: String,
+    /// The SandboxWarmPool claims are made on.
+    pub warm_pool: String,
+    /// An explicit kubeconfig; `None` means in-cluster configuration, then `KUBECONFIG`.
+    pub kubeconfig: Option<PathBuf>,
+    /// How long a run waits for its claim to become Ready before it is refused as
+    /// `capacity`.
+    pub claim_timeout: Duration,
+    /// The longest pause between two reads of a claim while waiting for it.
+    pub claim_poll_max: Duration,
+    /// The port dialed on each pod. Always 9090 in production; there is no variable for
+    /// it. Test hook: tests that run many fake pods on one machine set it through this
+    /// field.
+    pub sandboxd_port: u16,
+}
+
+impl AgentSandboxConfig {
+    /// A configuration with the defaults, for the given CA and token files.
+    pub fn new(ca_file: impl Into<PathBuf>, token_file: impl Into<PathBuf>) -> AgentSandboxConfig {
+        AgentSandboxConfig {
+            ca_file: ca_file.into(),
+            server_name: plimsoll_tls::DEFAULT_SERVER_NAME.to_owned(),
+            token_file: token_file.into(),
+            namespace: DEFAULT_NAMESPACE.to_owned(),
+            template: DEFAULT_TEMPLATE.to_owned(),
+            warm_pool: DEFAULT_WARM_POOL.to_owned(),
+            kubeconfig: None,
+            claim_timeout: DEFAULT_CLAIM_TIMEOUT,
+            claim_poll_max: Duration::from_millis(250),
+            sandboxd_port: SANDBOXD_PORT,
+        }
+    }
+
+    /// Reads the `SANDBOX_AGENTSANDBOX_*` variables through `get` (unset or empty means the
+    /// default). The CA file and the token file are required.
+    pub fn from_env(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<AgentSandboxConfig, ConfigError> {
+        let val = |n: &str| {
+            get(n)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let ca_file = val("SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE").ok_or_else(|| ConfigError {
+            name: "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE",
+            message: "is required with SANDBOX_PROVIDER=agentsandbox: set it to a PEM file holding the \
+                      CA certificate(s) the pods' sandboxd certificate chains to (see docs/agentsandbox.md)"
+                .into(),
+        })?;
+        let token_file = val("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE").ok_or_else(|| ConfigError {
+            name: "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
+            message: "is required with SANDBOX_PROVIDER=agentsandbox: set it to the file holding the \
+                      sandboxd token (the same token the pods' --token-file holds)"
+                .into(),
+        })?;
+        let mut c = AgentSandboxConfig::new(ca_file, token_file);
+        if let Some(v) = val("SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME") {
+            if rustls_name_ok(&v) {
+                c.server_name = v;
+            } else {
+                return Err(ConfigError {
+                    name: "SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME",
+                    message: format!(
+                        "{v:?} is not a DNS name; use the name in the pods' certificate"
+                    ),
+                });
+            }
+        }
+        for (name, slot) in [
+            ("SANDBOX_AGENTSANDBOX_NAMESPACE", &mut c.namespace),
+            ("SANDBOX_AGENTSANDBOX_TEMPLATE", &mut c.template),
+            ("SANDBOX_AGENTSANDBOX_WARM_POOL", &mut c.warm_pool),
+        ] {
+            if let Some(v) = val(name) {
+                if !is_dns_label_or_subdomain(&v) {
+                    return Err(ConfigError {
+                        name,
+                        message: format!("{v:?} is not a Kubernetes object name (lower-case letters, digits, '-' and '.')"),
+                    });
+                }
+                *slot = v;
+            }
+        }
+        c.kubeconfig = val("SANDBOX_AGENTSANDBOX_KUBECONFIG").map(PathBuf::from);
+        if let Some(v) = val("SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS") {
+            match v.parse::<u64>() {
+                Ok(ms) if ms > 0 => c.claim_timeout = Duration::from_millis(ms),
+                _ => {
+                    return Err(ConfigError {
+                        name: "SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS",
+                        message: format!("{v:?} is not a positive number of milliseconds"),
+                    })
+                }
+            }
+        }
+        Ok(c)
+    }
+}
+
+fn rustls_name_ok(name: &str) -> bool {
+    rustls_pki_types::ServerName::try_from(name.to_owned()).is_ok()
+}
+
+/// A Kubernetes object name: at most 253 characters of `[a-z0-9.-]`, starting and ending
+/// with a letter or digit.
+pub fn is_dns_label_or_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |n| m.get(n).cloned()
+    }
+
+    const BASE: [(&str, &str); 2] = [
+        (
+            "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE",
+            "/etc/plimsoll/ca.pem",
+        ),
+        (
+            "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
+            "/etc/plimsoll/token",
+        ),
+    ];
+
+    #[test]
+    fn the_ca_file_is_required_and_named() {
+        let e = AgentSandboxConfig::from_env(env(&[BASE[1]])).unwrap_err();
+        assert_eq!(e.name, "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE");
+        assert!(e.message.contains("required"), "{e}");
+        let e = AgentSandboxConfig::from_env(env(&[BASE[0]])).unwrap_err();
+        assert_eq!(e.name, "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE");
+    }
+
+    #[test]
+    fn defaults_match_the_shipped_manifests_and_the_contract() {
+        let c = AgentSandboxConfig::from_env(env(&BASE)).unwrap();
+        assert_eq!(c.server_name, "sandboxd.plimsoll.invalid");
+        assert_eq!(c.sandboxd_port, 9090);
+        assert_eq!(c.namespace, "plimsoll-sandboxes");
+        assert_eq!(c.template, "plimsoll-sandboxd");
+        assert_eq!(c.warm_pool, "plimsoll-pool");
+        assert_eq!(c.kubeconfig, None);
+        assert_eq!(c.claim_timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        for (k, v) in [
+            ("SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME", "not a name"),
+            ("SANDBOX_AGENTSANDBOX_NAMESPACE", "Upper"),
+            ("SANDBOX_AGENTSANDBOX_TEMPLATE", "-x"),
+            ("SANDBOX_AGENTSANDBOX_WARM_POOL", "a/b"),
+            ("SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS", "0"),
+            ("SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS", "soon"),
+        ] {
+            let mut pairs = BASE.to_vec();
+            pairs.push((k, v));
+            let e = AgentSandboxConfig::from_env(env(&pairs)).unwrap_err();
+            assert_eq!(e.name, k, "{k}={v}: {e}");
+        }
+    }
+
+    #[test]
+    fn explicit_values_are_taken() {
+        let mut pairs = BASE.to_vec();
+        pairs.extend([
+            (
+                "SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME",
+                "pods.example.internal",
+            ),
+            ("SANDBOX_AGENTSANDBOX_KUBECONFIG", "/tmp/kc"),
+            ("SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS", "1500"),
+        ]);
+        let c = AgentSandboxConfig::from_env(env(&pairs)).unwrap();
+        assert_eq!(c.server_name, "pods.example.internal");
+        assert_eq!(c.kubeconfig, Some(PathBuf::from("/tmp/kc")));
+        assert_eq!(c.claim_timeout, Duration::from_millis(1500));
+    }
+}

@@ -1,0 +1,787 @@
+//! A fake Kubernetes API server and agent-sandbox controller, for this crate's tests and
+//! `cargo xtask bench agentsandbox` (feature `fake-cluster`; never in plimsolld).
+//!
+//! The server speaks real HTTP/1.1 and JSON on a loopback port, for exactly the endpoints
+//! plimsolld uses: get SandboxTemplate, get SandboxWarmPool, list NetworkPolicies, and
+//! create/get/delete SandboxClaim. The controller gives each new claim a pod: a REAL
+//! `plimsoll-sandboxd-tls` + `plimsoll-sandboxd` pair started from built binaries, on its
+//! own loopback address (127.x.y.z) with certificates generated here, and fills in the
+//! claim's status once the pod accepts TCP (as a `tcpSocket` readiness probe would).
+//! Deleting the claim kills the pod's process group.
+//!
+//! It must only ever listen on, and point plimsolld at, loopback addresses.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+use crate::config::AgentSandboxConfig;
+use crate::crd::{GROUP, VERSION};
+use crate::readback::{SECRET_MOUNT, TERMINATOR};
+
+/// The namespace of the fake cluster's objects.
+pub const NAMESPACE: &str = "plimsoll-sandboxes";
+/// The fake template's name.
+pub const TEMPLATE: &str = "plimsoll-sandboxd";
+/// The fake warm pool's name.
+pub const WARM_POOL: &str = "plimsoll-pool";
+/// The token the fake pods accept (written to the cluster's token file).
+const TOKEN: &str = "fake-cluster-sandboxd-token-0123456789";
+
+/// A CA and one server certificate signed by it, as PEM.
+#[derive(Clone)]
+pub struct Pki {
+    /// The CA certificate.
+    pub ca_pem: String,
+    /// The server certificate.
+    pub cert_pem: String,
+    /// The server key.
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pki(<pem>)")
+    }
+}
+
+impl Pki {
+    /// A fresh CA and a server certificate for `server_name`, signed by it.
+    pub fn generate(server_name: &str) -> Pki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+            KeyUsagePurpose,
+        };
+        let ca_key = KeyPair::generate().expect("generate a CA key");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "plimsoll fake-cluster CA");
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca.self_signed(&ca_key).expect("self-sign the CA");
+        let key = KeyPair::generate().expect("generate a server key");
+        let mut leaf =
+            CertificateParams::new(vec![server_name.to_owned()]).expect("leaf parameters");
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = leaf
+            .signed_by(&key, &ca_cert, &ca_key)
+            .expect("sign the server certificate");
+        Pki {
+            ca_pem: ca_cert.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+}
+
+/// What the controller does with the next claims.
+#[derive(Debug, Clone)]
+pub enum PodMode {
+    /// Give each claim a pod serving the cluster's certificate.
+    Serve,
+    /// Never make a claim Ready (an empty pool that never fills).
+    NeverReady,
+    /// Give each claim a cold-started pod serving this certificate instead.
+    ServeCert(Pki),
+}
+
+/// What the fake saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Claims created.
+    pub created: u64,
+    /// Claims deleted (that existed).
+    pub deleted: u64,
+    /// Claims that exist now.
+    pub live: usize,
+    /// Pods started (warm and cold).
+    pub pods_started: u64,
+}
+
+/// How the fake cluster is set up.
+#[derive(Debug, Clone)]
+pub struct FakeClusterOptions {
+    /// The SandboxTemplate served.
+    pub template: Value,
+    /// The SandboxWarmPool served.
+    pub warm_pool: Value,
+    /// The NetworkPolicies listed in the namespace.
+    pub policies: Vec<Value>,
+    /// Where the built `plimsoll-sandboxd-tls` and `plimsoll-sandboxd` are.
+    pub bin_dir: PathBuf,
+    /// Pods kept started and ready ahead of claims.
+    pub warm: usize,
+}
+
+impl FakeClusterOptions {
+    /// A cluster whose template, pool and NetworkPolicy pass the read-back, with the
+    /// gVisor runtime class (tier `kernel`) and one warm pod.
+    pub fn conforming(bin_dir: PathBuf) -> FakeClusterOptions {
+        FakeClusterOptions {
+            template: conforming_template(),
+            warm_pool: json!({
+                "apiVersion": format!("{GROUP}/{VERSION}"), "kind": "SandboxWarmPool",
+                "metadata": {"name": WARM_POOL, "namespace": NAMESPACE},
+                "spec": {"replicas": 1, "sandboxTemplateRef": {"name": TEMPLATE}},
+            }),
+            policies: vec![conforming_policy()],
+            bin_dir,
+            warm: 1,
+        }
+    }
+}
+
+/// A template that passes the read-back (runtime class `gvisor`).
+pub fn conforming_template() -> Value {
+    json!({
+        "apiVersion": format!("{GROUP}/{VERSION}"), "kind": "SandboxTemplate",
+        "metadata": {"name": TEMPLATE, "namespace": NAMESPACE},
+        "spec": {
+            "networkPolicyManagement": "Unmanaged",
+            "podTemplate": {
+                "metadata": {"labels": {"app.kubernetes.io/name": "plimsoll-sandboxd"}},
+                "spec": {
+                    "runtimeClassName": "gvisor",
+                    "automountServiceAccountToken": false,
+                    "containers": [{
+                        "name": "sandboxd",
+                        "image": "registry.example.invalid/plimsoll/agentsandbox@sha256:0000000000000000000000000000000000000000000000000000000000000000",
+                        "command": [TERMINATOR],
+                        "args": ["--listen-host=127.0.0.1", "--grpc-port=9091",
+                                 "--token-file=/etc/plimsoll/sandboxd-token/token", "--root-dir=/workspace"],
+                        "ports": [{"name": "sandboxd-tls", "containerPort": 9090, "protocol": "TCP"}],
+                        "volumeMounts": [
+                            {"name": "sandboxd-tls", "mountPath": SECRET_MOUNT, "readOnly": true},
+                            {"name": "sandboxd-token", "mountPath": "/etc/plimsoll/sandboxd-token", "readOnly": true}
+                        ]
+                    }],
+                    "volumes": [
+                        {"name": "sandboxd-tls", "secret": {"secretName": "plimsoll-sandboxd-tls", "defaultMode": 256}},
+                        {"name": "sandboxd-token", "secret": {"secretName": "plimsoll-sandboxd-token", "defaultMode": 256}}
+                    ]
+                }
+            }
+        }
+    })
+}
+
+/// A NetworkPolicy that passes the read-back: ingress only to TCP 9090, no egress.
+pub fn conforming_policy() -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "plimsoll-sandboxd", "namespace": NAMESPACE},
+        "spec": {
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "plimsoll-sandboxd"}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"ports": [{"protocol": "TCP", "port": 9090}]}]
+        }
+    })
+}
+
+/// Builds `plimsoll-sandboxd` and `plimsoll-sandboxd-tls` (once per process) into the
+/// target directory the running executable lives in, and returns that profile directory.
+///
+/// Integration tests of this crate cannot use `CARGO_BIN_EXE_*` for another package's
+/// binaries, so they run `cargo build -p …` for the same profile and target directory
+/// (a no-op when the binaries are fresh, as under `cargo test --workspace`).
+pub fn sandboxd_binaries() -> Result<PathBuf, String> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        // target/<profile>/deps/<test> → target/<profile>
+        let profile_dir = exe
+            .ancestors()
+            .find(|p| p.file_name().is_some_and(|n| n == "deps"))
+            .and_then(Path::parent)
+            .or_else(|| exe.parent())
+            .ok_or("cannot locate the target directory")?
+            .to_owned();
+        let target_dir = profile_dir
+            .parent()
+            .ok_or("cannot locate the target directory")?;
+        let release = profile_dir.file_name().is_some_and(|n| n == "release");
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = std::process::Command::new(cargo);
+        cmd.current_dir(&workspace)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "plimsoll-sandboxd",
+                "-p",
+                "plimsoll-sandboxd-tls",
+            ])
+            .arg("--target-dir")
+            .arg(target_dir);
+        if release {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "cargo build of the sandboxd binaries failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        for b in ["plimsoll-sandboxd", "plimsoll-sandboxd-tls"] {
+            if !profile_dir.join(b).is_file() {
+                return Err(format!("{} was not built", profile_dir.join(b).display()));
+            }
+        }
+        Ok(profile_dir)
+    })
+    .clone()
+}
+
+/// A pod: a running terminator (which runs sandboxd) on its own loopback address.
+struct Pod {
+    name: String,
+    ip: Ipv4Addr,
+    pgid: i32,
+    _child: tokio::process::Child,
+}
+
+impl Pod {
+    fn kill(&self) {
+        use nix::sys::signal::{killpg, Signal};
+        let _ = killpg(nix::unistd::Pid::from_raw(self.pgid), Signal::SIGKILL);
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+struct State {
+    template: Value,
+    warm_pool: Value,
+    policies: Vec<Value>,
+    claims: BTreeMap<String, Value>,
+    bound: HashMap<String, Pod>,
+    warm: VecDeque<Pod>,
+    mode: PodMode,
+    counts: Counts,
+    requests: Vec<String>,
+    resource_version: u64,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    dir: PathBuf,
+    bin_dir: PathBuf,
+    pki: Pki,
+    port: u16,
+    warm_target: usize,
+    token_file: PathBuf,
+}
+
+/// The fake cluster: API server, controller and pods.
+pub struct FakeCluster {
+    inner: Arc<Inner>,
+    api_addr: SocketAddr,
+    server: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for FakeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeCluster")
+            .field("api", &self.api_addr)
+            .field("pod_port", &self.inner.port)
+            .finish()
+    }
+}
+
+fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, State> {
+    inner.state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Loopback addresses for pods: 127.<100 + pid % 100>.y.z, distinct within a process.
+fn next_pod_ip() -> Ipv4Addr {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let second = 100 + (std::process::id() % 100) as u8;
+    Ipv4Addr::new(127, second, ((n / 250) % 250) as u8, (n % 250) as u8 + 2)
+}
+
+fn free_port() -> std::io::Result<u16> {
+    // A port free on 127.0.0.1 is used on the pods' own addresses; the pair of ports
+    // (TLS, sandboxd) is the same on every pod, and the addresses keep pods apart.
+    loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let p = l.local_addr()?.port();
+        if p < 65_000 {
+            return Ok(p);
+        }
+    }
+}
+
+impl FakeCluster {
+    /// Starts the API server, writes the kubeconfig, CA and token files, and starts the
+    /// warm pods.
+    pub async fn start(opts: FakeClusterOptions) -> std::io::Result<FakeCluster> {
+        let dir = tempfile::Builder::new()
+            .prefix("plimsoll-fake-cluster")
+            .tempdir()?;
+        let pki = Pki::generate(plimsoll_tls::DEFAULT_SERVER_NAME);
+        std::fs::write(dir.path().join("ca.pem"), &pki.ca_pem)?;
+        let token_file = dir.path().join("token");
+        std::fs::write(&token_file, format!("{TOKEN}\n"))?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let api_addr = listener.local_addr()?;
+        std::fs::write(
+            dir.path().join("kubeconfig"),
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{api_addr}\n\
+                 contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: {NAMESPACE}\n\
+                 current-context: fake\nusers:\n- name: fake\n  user: {{}}\n"
+            ),
+        )?;
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State {
+                template: opts.template,
+                warm_pool: opts.warm_pool,
+                policies: opts.policies,
+                claims: BTreeMap::new(),
+                bound: HashMap::new(),
+                warm: VecDeque::new(),
+                mode: PodMode::Serve,
+                counts: Counts::default(),
+                requests: Vec::new(),
+                resource_version: 1,
+            }),
+            dir: dir.path().to_owned(),
+            bin_dir: opts.bin_dir,
+            pki,
+            port: free_port()?,
+            warm_target: opts.warm,
+            token_file,
+        });
+        let app = axum::Router::new().fallback({
+            let inner = inner.clone();
+            move |method: Method, uri: Uri, body: Bytes| {
+                let inner = inner.clone();
+                async move { handle(&inner, method, uri, body) }
+            }
+        });
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        for _ in 0..opts.warm {
+            let pod = start_pod(&inner, None).await?;
+            lock(&inner).warm.push_back(pod);
+        }
+        Ok(FakeCluster {
+            inner,
+            api_addr,
+            server,
+            _dir: dir,
+        })
+    }
+
+    /// The kubeconfig pointing at the fake API server.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.inner.dir.join("kubeconfig")
+    }
+
+    /// The CA file whose CA signed the pods' certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.inner.dir.join("ca.pem")
+    }
+
+    /// The token file the pods accept.
+    pub fn token_file(&self) -> PathBuf {
+        self.inner.token_file.clone()
+    }
+
+    /// A scratch directory inside the cluster's temporary directory.
+    pub fn scratch(&self) -> PathBuf {
+        let d = self.inner.dir.join("scratch");
+        let _ = std::fs::create_dir_all(&d);
+        d
+    }
+
+    /// The port every pod's terminator listens on (the provider's `sandboxd_port`).
+    pub fn pod_port(&self) -> u16 {
+        self.inner.port
+    }
+
+    /// The API server's address.
+    pub fn api_addr(&self) -> SocketAddr {
+        self.api_addr
+    }
+
+    /// A provider configuration pointing at this cluster: its kubeconfig, CA file, token
+    /// file and pod port, and a 10 s claim timeout.
+    pub fn provider_config(&self) -> AgentSandboxConfig {
+        let mut c = AgentSandboxConfig::new(self.ca_file(), self.token_file());
+        c.namespace = NAMESPACE.into();
+        c.template = TEMPLATE.into();
+        c.warm_pool = WARM_POOL.into();
+        c.kubeconfig = Some(self.kubeconfig());
+        c.sandboxd_port = self.pod_port();
+        c.claim_timeout = Duration::from_secs(10);
+        c
+    }
+
+    /// Environment pairs for plimsolld's configuration pointing at this cluster (the pod
+    /// port still has to be set on the typed configuration).
+    pub fn env_pairs(&self) -> Vec<(String, String)> {
+        vec![
+            ("SANDBOX_PROVIDER".into(), "agentsandbox".into()),
+            (
+                "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE".into(),
+                self.ca_file().display().to_string(),
+            ),
+            (
+                "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE".into(),
+                self.token_file().display().to_string(),
+            ),
+            ("SANDBOX_AGENTSANDBOX_NAMESPACE".into(), NAMESPACE.into()),
+            ("SANDBOX_AGENTSANDBOX_TEMPLATE".into(), TEMPLATE.into()),
+            ("SANDBOX_AGENTSANDBOX_WARM_POOL".into(), WARM_POOL.into()),
+            (
+                "SANDBOX_AGENTSANDBOX_KUBECONFIG".into(),
+                self.kubeconfig().display().to_string(),
+            ),
+        ]
+    }
+
+    /// Changes what the controller does with the next claims.
+    pub fn set_mode(&self, mode: PodMode) {
+        lock(&self.inner).mode = mode;
+    }
+
+    /// Replaces the served template.
+    pub fn set_template(&self, template: Value) {
+        lock(&self.inner).template = template;
+    }
+
+    /// Replaces the listed NetworkPolicies.
+    pub fn set_policies(&self, policies: Vec<Value>) {
+        lock(&self.inner).policies = policies;
+    }
+
+    /// What the fake saw so far.
+    pub fn counts(&self) -> Counts {
+        let s = lock(&self.inner);
+        Counts {
+            live: s.claims.len(),
+            ..s.counts
+        }
+    }
+
+    /// Every request served, as `METHOD /path`.
+    pub fn requests(&self) -> Vec<String> {
+        lock(&self.inner).requests.clone()
+    }
+
+    /// Kills the pods bound to claims (their claims stay), as a node failure would; returns
+    /// how many.
+    pub fn kill_claimed_pods(&self) -> usize {
+        let s = lock(&self.inner);
+        for p in s.bound.values() {
+            p.kill();
+        }
+        s.bound.len()
+    }
+
+    /// Waits (at most 60 s) until the warm pool holds its target number of ready pods, so
+    /// the next claim is served warm.
+    pub async fn wait_warm(&self) -> bool {
+        for _ in 0..1200 {
+            if lock(&self.inner).warm.len() >= self.inner.warm_target {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Starts a pod outside any claim (serving the cluster's certificate) and returns its
+    /// TLS address; it lives until [`FakeCluster::shutdown`]. For baselines that talk to a
+    /// pod without Kubernetes in the way.
+    pub async fn standalone_pod(&self) -> std::io::Result<SocketAddr> {
+        let pod = start_pod(&self.inner, None).await?;
+        let addr = SocketAddr::from((pod.ip, self.inner.port));
+        lock(&self.inner)
+            .bound
+            .insert(format!("standalone-{}", pod.name), pod);
+        Ok(addr)
+    }
+
+    /// Stops the API server and kills every pod.
+    pub async fn shutdown(self) {
+        self.server.abort();
+        let mut s = lock(&self.inner);
+        s.bound.clear();
+        s.warm.clear();
+    }
+}
+
+/// Starts a pod serving `pki` (the cluster's own when `None`) and waits until it accepts
+/// TCP on its TLS port.
+async fn start_pod(inner: &Arc<Inner>, pki: Option<&Pki>) -> std::io::Result<Pod> {
+    use std::process::Stdio;
+    let ip = next_pod_ip();
+    let name = format!("{WARM_POOL}-{}", hex::encode(rand::random::<[u8; 3]>()));
+    let dir = inner.dir.join("pods").join(&name);
+    let tls = dir.join("tls");
+    let root = dir.join("root");
+    std::fs::create_dir_all(&tls)?;
+    std::fs::create_dir_all(&root)?;
+    let pki = pki.unwrap_or(&inner.pki);
+    std::fs::write(tls.join("tls.crt"), &pki.cert_pem)?;
+    std::fs::write(tls.join("tls.key"), &pki.key_pem)?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tls.join("tls.key"), std::fs::Permissions::from_mode(0o400))?;
+    }
+    let log = std::fs::File::create(dir.join("pod.log"))?;
+    let listen = SocketAddr::from((ip, inner.port));
+    let upstream = SocketAddr::from((ip, inner.port + 1));
+    let mut child = tokio::process::Command::new(inner.bin_dir.join("plimsoll-sandboxd-tls"))
+        .args([
+            "--listen-host=127.0.0.1".to_owned(),
+            "--grpc-port=9091".to_owned(),
+            format!("--token-file={}", inner.token_file.display()),
+            format!("--root-dir={}", root.display()),
+        ])
+        .env("PLIMSOLL_SANDBOXD_TLS_LISTEN", listen.to_string())
+        .env("PLIMSOLL_SANDBOXD_TLS_DIR", &tls)
+        .env("PLIMSOLL_SANDBOXD_TLS_UPSTREAM", upstream.to_string())
+        .env(
+            "PLIMSOLL_SANDBOXD_BIN",
+            inner.bin_dir.join("plimsoll-sandboxd"),
+        )
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().unwrap_or(0) as i32;
+    lock(inner).counts.pods_started += 1;
+    let pod = |child| Pod {
+        name: name.clone(),
+        ip,
+        pgid: pid,
+        _child: child,
+    };
+    for _ in 0..600 {
+        if let Ok(Some(status)) = child.try_wait() {
+            let log = std::fs::read_to_string(dir.join("pod.log")).unwrap_or_default();
+            return Err(std::io::Error::other(format!(
+                "fake pod {name} exited ({status}) before it was ready:\n{log}"
+            )));
+        }
+        if tokio::net::TcpStream::connect(listen).await.is_ok() {
+            return Ok(pod(child));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let p = pod(child);
+    drop(p);
+    Err(std::io::Error::other(format!(
+        "fake pod {name} did not accept on {listen} within 30 s"
+    )))
+}
+
+/// The controller's answer to a new claim.
+async fn bind_claim(inner: Arc<Inner>, claim: String) {
+    let mode = lock(&inner).mode.clone();
+    let pod = match mode {
+        PodMode::NeverReady => {
+            set_claim_status(
+                &inner,
+                &claim,
+                json!({"conditions": [{
+                "type": "Ready", "status": "False", "reason": "SandboxNotReady",
+                "message": "no warm pod is ready"}]}),
+            );
+            return;
+        }
+        PodMode::Serve => {
+            let warm = lock(&inner).warm.pop_front();
+            match warm {
+                Some(p) => {
+                    tokio::spawn(replenish(inner.clone()));
+                    Ok(p)
+                }
+                None => start_pod(&inner, None).await,
+            }
+        }
+        PodMode::ServeCert(pki) => start_pod(&inner, Some(&pki)).await,
+    };
+    let pod = match pod {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "fake controller could not start a pod");
+            return;
+        }
+    };
+    let mut s = lock(&inner);
+    if !s.claims.contains_key(&claim) {
+        return; // deleted meanwhile; dropping the pod kills it
+    }
+    let status = json!({
+        "conditions": [{"type": "Ready", "status": "True", "reason": "SandboxReady"}],
+        "sandbox": {"name": pod.name, "podIPs": [pod.ip.to_string()]},
+    });
+    s.resource_version += 1;
+    let rv = s.resource_version.to_string();
+    if let Some(c) = s.claims.get_mut(&claim) {
+        c["status"] = status;
+        c["metadata"]["resourceVersion"] = json!(rv);
+    }
+    s.bound.insert(claim, pod);
+}
+
+async fn replenish(inner: Arc<Inner>) {
+    if lock(&inner).warm.len() >= inner.warm_target {
+        return;
+    }
+    match start_pod(&inner, None).await {
+        Ok(p) => lock(&inner).warm.push_back(p),
+        Err(e) => tracing::error!(error = %e, "fake controller could not replenish the pool"),
+    }
+}
+
+fn set_claim_status(inner: &Inner, claim: &str, status: Value) {
+    let mut s = lock(inner);
+    if let Some(c) = s.claims.get_mut(claim) {
+        c["status"] = status;
+    }
+}
+
+fn json_response(code: StatusCode, v: &Value) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(v).unwrap_or_default(),
+    )
+        .into_response()
+}
+
+fn status(code: StatusCode, reason: &str, message: String) -> Response {
+    json_response(
+        code,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": message, "reason": reason, "code": code.as_u16()}),
+    )
+}
+
+fn handle(inner: &Arc<Inner>, method: Method, uri: Uri, body: Bytes) -> Response {
+    let path = uri.path().to_owned();
+    lock(inner).requests.push(format!("{method} {path}"));
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let not_found = || {
+        status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("{path} not found"),
+        )
+    };
+    let ext = ["apis", GROUP, VERSION, "namespaces", NAMESPACE];
+    let net = ["apis", "networking.k8s.io", "v1", "namespaces", NAMESPACE];
+    if parts.len() >= 6 && parts[..5] == net && parts[5] == "networkpolicies" {
+        if parts.len() == 6 && method == Method::GET {
+            let items = lock(inner).policies.clone();
+            return json_response(
+                StatusCode::OK,
+                &json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicyList",
+                        "metadata": {"resourceVersion": "1"}, "items": items}),
+            );
+        }
+        return not_found();
+    }
+    if parts.len() < 6 || parts[..5] != ext {
+        return not_found();
+    }
+    let name = parts.get(6).copied();
+    match (method, parts[5], name) {
+        (Method::GET, "sandboxtemplates", Some(n)) => {
+            let t = lock(inner).template.clone();
+            if t["metadata"]["name"] == n {
+                json_response(StatusCode::OK, &t)
+            } else {
+                not_found()
+            }
+        }
+        (Method::GET, "sandboxwarmpools", Some(n)) => {
+            let p = lock(inner).warm_pool.clone();
+            if p["metadata"]["name"] == n {
+                json_response(StatusCode::OK, &p)
+            } else {
+                not_found()
+            }
+        }
+        (Method::POST, "sandboxclaims", None) => {
+            let mut claim: Value = match serde_json::from_slice(&body) {
+                Ok(v) => v,
+                Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
+            };
+            let Some(cname) = claim["metadata"]["name"].as_str().map(str::to_owned) else {
+                return status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    "metadata.name is required".into(),
+                );
+            };
+            if claim["spec"]["warmPoolRef"]["name"].as_str().is_none() {
+                return status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    "spec.warmPoolRef.name is required".into(),
+                );
+            }
+            let mut s = lock(inner);
+            if s.claims.contains_key(&cname) {
+                return status(
+                    StatusCode::CONFLICT,
+                    "AlreadyExists",
+                    format!("sandboxclaims {cname:?} already exists"),
+                );
+            }
+            s.resource_version += 1;
+            claim["metadata"]["uid"] = json!(format!("uid-{}", s.resource_version));
+            claim["metadata"]["resourceVersion"] = json!(s.resource_version.to_string());
+            claim["metadata"]["creationTimestamp"] =
+                json!(crate::crd::rfc3339(std::time::SystemTime::now()));
+            s.claims.insert(cname.clone(), claim.clone());
+            s.counts.created += 1;
+            drop(s);
+            tokio::spawn(bind_claim(inner.clone(), cname));
+            json_response(StatusCode::CREATED, &claim)
+        }
+        (Method::GET, "sandboxclaims", Some(n)) => match lock(inner).claims.get(n) {
+            Some(c) => json_response(StatusCode::OK, c),
+            None => not_found(),
+        },
+        (Method::DELETE, "sandboxclaims", Some(n)) => {
+            let mut s = lock(inner);
+            match s.claims.remove(n) {
+                Some(c) => {
+                    s.counts.deleted += 1;
+                    let pod = s.bound.remove(n);
+                    drop(s);
+                    drop(pod);
+                    json_response(StatusCode::OK, &c)
+                }
+                None => not_found(),
+            }
+        }
+        _ => not_found(),
+    }
+}

@@ -1,0 +1,890 @@
+//! The startup read-back: what the SandboxTemplate, its warm pool and the NetworkPolicies
+//! that select its pods actually say, compared with what the TLS channel needs. Every
+//! difference is listed (each with a stable kind name), and any one refuses startup.
+//!
+//! This is a pure function of the objects as JSON, so the same code checks the live cluster
+//! at startup and the shipped `k8s/` manifests in the tests.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyIngressRule};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use plimsoll_core::Tier;
+use serde_json::Value;
+
+use crate::crd::{name_hash, TEMPLATE_REF_HASH_LABEL};
+
+/// The container command the template must run: the TLS terminator.
+pub const TERMINATOR: &str = "/usr/local/bin/plimsoll-sandboxd-tls";
+/// Where the TLS Secret must be mounted, read-only.
+pub const SECRET_MOUNT: &str = "/etc/plimsoll/sandboxd-tls";
+/// The Secret volume's mode: 0400 (256 in JSON).
+pub const SECRET_MODE: i32 = 0o400;
+/// The one port ingress may reach: the terminator's TLS listener.
+pub const TLS_PORT: i32 = 9090;
+/// sandboxd's flags that must appear, literally, once each.
+pub const REQUIRED_FLAGS: [&str; 2] = plimsoll_tls::supervise::REQUIRED_FLAGS;
+
+/// What kind of difference was found. The names are stable: they appear in startup
+/// errors and operators may search for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum DriftKind {
+    /// The template (or warm pool) could not be read as an agent-sandbox object.
+    Template,
+    /// No container runs the terminator as its command.
+    Command,
+    /// `--listen-host=127.0.0.1` is missing or different.
+    ListenHost,
+    /// `--grpc-port=9091` is missing or different.
+    GrpcPort,
+    /// sandboxd was told to serve a Unix socket, or to accept calls without a token.
+    SandboxdFlags,
+    /// Nothing is mounted at `/etc/plimsoll/sandboxd-tls`, or it is a `subPath` mount.
+    SecretMount,
+    /// The mount is not read-only.
+    ReadOnly,
+    /// The mounted volume is not a Secret volume.
+    SecretVolume,
+    /// The Secret volume's mode is not 0400.
+    DefaultMode,
+    /// Ingress to the pods is allowed to something other than TCP 9090.
+    NetworkPolicy,
+    /// The pod shares the node's network, PID or IPC namespace.
+    HostNamespace,
+    /// A container is privileged or may gain privileges.
+    Privileged,
+    /// The warm pool does not use the template.
+    WarmPool,
+}
+
+impl DriftKind {
+    /// The stable name shown in brackets in startup errors.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriftKind::Template => "template",
+            DriftKind::Command => "command",
+            DriftKind::ListenHost => "listen-host",
+            DriftKind::GrpcPort => "grpc-port",
+            DriftKind::SandboxdFlags => "sandboxd-flags",
+            DriftKind::SecretMount => "secret-mount",
+            DriftKind::ReadOnly => "read-only",
+            DriftKind::SecretVolume => "secret-volume",
+            DriftKind::DefaultMode => "default-mode",
+            DriftKind::NetworkPolicy => "network-policy",
+            DriftKind::HostNamespace => "host-namespace",
+            DriftKind::Privileged => "privileged",
+            DriftKind::WarmPool => "warm-pool",
+        }
+    }
+}
+
+impl fmt::Display for DriftKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One difference between what was read back and what is required.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// Its kind.
+    pub kind: DriftKind,
+    /// What was found and what is required.
+    pub message: String,
+}
+
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {}", self.kind, self.message)
+    }
+}
+
+fn drift(kind: DriftKind, message: impl Into<String>) -> Drift {
+    Drift {
+        kind,
+        message: message.into(),
+    }
+}
+
+/// The result of reading a template back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadBack {
+    /// Every difference (empty means the template passes).
+    pub drifts: Vec<Drift>,
+    /// `spec.podTemplate.spec.runtimeClassName` as read.
+    pub runtime_class: Option<String>,
+    /// The tier that runtime class gives.
+    pub tier: Tier,
+    /// The terminator container's image, as written in the template.
+    pub image: Option<String>,
+    /// The labels the template's pods carry (the template's own plus the controller's
+    /// template hash), which NetworkPolicies were matched against.
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+impl ReadBack {
+    /// Whether the kind was found.
+    pub fn has(&self, kind: DriftKind) -> bool {
+        self.drifts.iter().any(|d| d.kind == kind)
+    }
+}
+
+/// The tier a `runtimeClassName` gives: gVisor (`gvisor…`, `runsc…`) is `kernel`, Kata
+/// (`kata…`) is `vm`, none or `runc` is `container`. Any other name is stated as
+/// `container`: a pod is at least a container, and plimsolld never claims a tier it cannot
+/// name the evidence for.
+pub fn tier_of_runtime_class(class: Option<&str>) -> Tier {
+    let Some(c) = class.map(str::to_ascii_lowercase) else {
+        return Tier::Container;
+    };
+    if c.contains("gvisor") || c.starts_with("runsc") {
+        Tier::Kernel
+    } else if c.contains("kata") {
+        Tier::Vm
+    } else {
+        Tier::Container
+    }
+}
+
+/// Reads a template back against the requirements. `warm_pool` is the pool's name and
+/// object (checked to use this template); `policies` are the NetworkPolicies of the
+/// template's namespace (those selecting its pods are checked).
+pub fn read_back(
+    template_name: &str,
+    template: &Value,
+    warm_pool: Option<(&str, &Value)>,
+    policies: &[Value],
+) -> ReadBack {
+    let mut out = ReadBack {
+        drifts: Vec::new(),
+        runtime_class: None,
+        tier: Tier::Container,
+        image: None,
+        pod_labels: BTreeMap::new(),
+    };
+    if let Some((pool_name, pool)) = warm_pool {
+        match pool["spec"]["sandboxTemplateRef"]["name"].as_str() {
+            Some(t) if t == template_name => {}
+            other => out.drifts.push(drift(
+                DriftKind::WarmPool,
+                format!(
+                    "SandboxWarmPool {pool_name} uses template {}, not {template_name}; set its spec.sandboxTemplateRef.name to {template_name}",
+                    other.map_or("(none)".to_owned(), |t| format!("{t:?}"))
+                ),
+            )),
+        }
+    }
+    let pod: PodTemplateSpec = match template["spec"]["podTemplate"].clone() {
+        Value::Null => {
+            out.drifts.push(drift(
+                DriftKind::Template,
+                format!("SandboxTemplate {template_name} has no spec.podTemplate"),
+            ));
+            return out;
+        }
+        v => match serde_json::from_value(v) {
+            Ok(p) => p,
+            Err(e) => {
+                out.drifts.push(drift(
+                    DriftKind::Template,
+                    format!("SandboxTemplate {template_name}: spec.podTemplate is not a valid pod template: {e}"),
+                ));
+                return out;
+            }
+        },
+    };
+    out.pod_labels = pod
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    out.pod_labels
+        .insert(TEMPLATE_REF_HASH_LABEL.to_owned(), name_hash(template_name));
+    let spec = pod.spec.unwrap_or_default();
+    out.runtime_class = spec.runtime_class_name.clone();
+    out.tier = tier_of_runtime_class(out.runtime_class.as_deref());
+
+    for (flag, on) in [
+        ("hostNetwork", spec.host_network),
+        ("hostPID", spec.host_pid),
+        ("hostIPC", spec.host_ipc),
+    ] {
+        if on == Some(true) {
+            out.drifts.push(drift(
+                DriftKind::HostNamespace,
+                format!("the pod sets {flag}: true; a sandbox pod must not share the node's namespaces (remove it)"),
+            ));
+        }
+    }
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        if let Some(sc) = &c.security_context {
+            if sc.privileged == Some(true) {
+                out.drifts.push(drift(
+                    DriftKind::Privileged,
+                    format!(
+                        "container {} is privileged; remove securityContext.privileged",
+                        c.name
+                    ),
+                ));
+            }
+        }
+    }
+
+    let terminators: Vec<&Container> = spec
+        .containers
+        .iter()
+        .filter(|c| argv(c).first().map(String::as_str) == Some(TERMINATOR))
+        .collect();
+    if terminators.is_empty() {
+        let found: Vec<String> = spec
+            .containers
+            .iter()
+            .map(|c| match argv(c).first() {
+                Some(cmd) => format!("{}: {cmd}", c.name),
+                None => format!("{}: (no command; the image's entrypoint)", c.name),
+            })
+            .collect();
+        out.drifts.push(drift(
+            DriftKind::Command,
+            format!(
+                "no container's command is {TERMINATOR} (found {}); set command: [{TERMINATOR}] followed by sandboxd's flags",
+                if found.is_empty() { "no containers".to_owned() } else { found.join(", ") }
+            ),
+        ));
+    }
+    for c in &terminators {
+        out.image = out.image.take().or_else(|| c.image.clone());
+        let args: Vec<String> = argv(c).into_iter().skip(1).collect();
+        out.drifts.extend(flag_drifts(&c.name, &args));
+        out.drifts
+            .extend(mount_drifts(c, &spec.volumes.clone().unwrap_or_default()));
+    }
+
+    let ports = named_ports(&spec.containers);
+    let managed = template["spec"]["networkPolicyManagement"].as_str() != Some("Unmanaged");
+    if managed {
+        // The controller writes the template's own policy (or, without one, its default,
+        // which admits the sandbox router on every port) to `<template>-network-policy`.
+        match template["spec"].get("networkPolicy") {
+            None | Some(Value::Null) => out.drifts.push(drift(
+                DriftKind::NetworkPolicy,
+                "networkPolicyManagement is Managed and the template states no spec.networkPolicy, so the controller's default policy applies, which allows ingress on every port; state ingress to TCP 9090 only (or set Unmanaged and ship your own NetworkPolicy)",
+            )),
+            Some(np) => {
+                match serde_json::from_value::<Option<Vec<NetworkPolicyIngressRule>>>(np["ingress"].clone()) {
+                    Ok(rules) => out.drifts.extend(ingress_drifts(
+                        &format!("SandboxTemplate {template_name} spec.networkPolicy"),
+                        rules.as_deref().unwrap_or_default(),
+                        &ports,
+                    )),
+                    Err(e) => out.drifts.push(drift(
+                        DriftKind::NetworkPolicy,
+                        format!("SandboxTemplate {template_name} spec.networkPolicy.ingress is not valid: {e}"),
+                    )),
+                }
+            }
+        }
+    }
+    let mut selecting = 0;
+    for p in policies {
+        let np: NetworkPolicy = match serde_json::from_value(p.clone()) {
+            Ok(np) => np,
+            Err(e) => {
+                out.drifts.push(drift(
+                    DriftKind::NetworkPolicy,
+                    format!(
+                        "NetworkPolicy {} cannot be read: {e}",
+                        p["metadata"]["name"].as_str().unwrap_or("?")
+                    ),
+                ));
+                continue;
+            }
+        };
+        let name = np.metadata.name.clone().unwrap_or_default();
+        let Some(spec) = np.spec else { continue };
+        let selector = spec.pod_selector.clone().unwrap_or_default();
+        if !selects(&selector, &out.pod_labels) {
+            continue;
+        }
+        // Without policyTypes, a policy always governs ingress.
+        let ingress = spec
+            .policy_types
+            .as_ref()
+            .is_none_or(|t| t.iter().any(|t| t == "Ingress"));
+        if !ingress {
+            continue;
+        }
+        selecting += 1;
+        out.drifts.extend(ingress_drifts(
+            &format!("NetworkPolicy {name}"),
+            spec.ingress.as_deref().unwrap_or_default(),
+            &ports,
+        ));
+    }
+    if selecting == 0 {
+        let labels: Vec<String> = out
+            .pod_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        out.drifts.push(drift(
+            DriftKind::NetworkPolicy,
+            format!(
+                "no NetworkPolicy with policy type Ingress selects the template's pods (labels {}), so every port is open to the cluster; apply one that allows ingress only to TCP 9090",
+                labels.join(",")
+            ),
+        ));
+    }
+    out
+}
+
+/// The container's full argument vector: `command` then `args`.
+fn argv(c: &Container) -> Vec<String> {
+    c.command
+        .iter()
+        .flatten()
+        .chain(c.args.iter().flatten())
+        .cloned()
+        .collect()
+}
+
+/// sandboxd's flags after the terminator, checked with the terminator's own rules (each
+/// required flag once, literally), every difference reported.
+pub fn flag_drifts(container: &str, args: &[String]) -> Vec<Drift> {
+    let mut out = Vec::new();
+    for (flag, required, kind) in [
+        ("--listen-host", REQUIRED_FLAGS[0], DriftKind::ListenHost),
+        ("--grpc-port", REQUIRED_FLAGS[1], DriftKind::GrpcPort),
+    ] {
+        let mentions: Vec<&String> = args
+            .iter()
+            .filter(|a| *a == flag || a.starts_with(&format!("{flag}=")))
+            .collect();
+        let problem = match mentions.as_slice() {
+            [only] if only.as_str() == required => continue,
+            [] => "is missing".to_owned(),
+            [only] => format!("is {only:?}"),
+            many => format!("is given {} times", many.len()),
+        };
+        out.push(drift(
+            kind,
+            format!("container {container}: sandboxd's {flag} {problem}; the arguments must include {required} exactly once"),
+        ));
+    }
+    for (flag, why) in [
+        (
+            "--unix-socket",
+            "behind the terminator sandboxd serves TCP on 127.0.0.1:9091",
+        ),
+        (
+            "--insecure-no-token",
+            "sandboxd must require the token (--token-file)",
+        ),
+    ] {
+        if let Some(a) = args
+            .iter()
+            .find(|a| *a == flag || a.starts_with(&format!("{flag}=")))
+        {
+            out.push(drift(
+                DriftKind::SandboxdFlags,
+                format!("container {container}: remove {a:?}: {why}"),
+            ));
+        }
+    }
+    out
+}
+
+fn mount_drifts(c: &Container, volumes: &[k8s_openapi::api::core::v1::Volume]) -> Vec<Drift> {
+    let mut out = Vec::new();
+    let mounts: Vec<_> = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| m.mount_path.trim_end_matches('/') == SECRET_MOUNT)
+        .collect();
+    let Some(m) = mounts.first() else {
+        out.push(drift(
+            DriftKind::SecretMount,
+            format!("container {}: nothing is mounted at {SECRET_MOUNT}; mount the kubernetes.io/tls Secret there, readOnly: true", c.name),
+        ));
+        return out;
+    };
+    if m.read_only != Some(true) {
+        out.push(drift(
+            DriftKind::ReadOnly,
+            format!(
+                "container {}: the mount at {SECRET_MOUNT} is not read-only; set readOnly: true",
+                c.name
+            ),
+        ));
+    }
+    if m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+        || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        out.push(drift(
+            DriftKind::SecretMount,
+            format!("container {}: the mount at {SECRET_MOUNT} uses subPath, which never sees a rotated Secret; mount the whole volume", c.name),
+        ));
+    }
+    let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
+        out.push(drift(
+            DriftKind::SecretVolume,
+            format!("container {}: the mount at {SECRET_MOUNT} names volume {:?}, which the pod does not define", c.name, m.name),
+        ));
+        return out;
+    };
+    let Some(secret) = &v.secret else {
+        out.push(drift(
+            DriftKind::SecretVolume,
+            format!("volume {} mounted at {SECRET_MOUNT} is not a Secret volume; use secret: {{secretName: …}}", v.name),
+        ));
+        return out;
+    };
+    if secret.secret_name.as_deref().unwrap_or("").is_empty() {
+        out.push(drift(
+            DriftKind::SecretVolume,
+            format!("volume {} names no secretName", v.name),
+        ));
+    }
+    match secret.default_mode {
+        Some(SECRET_MODE) => {}
+        Some(mode) => out.push(drift(
+            DriftKind::DefaultMode,
+            format!("volume {}: defaultMode is {mode:#o} ({mode} decimal); it must be 0400 (256 decimal in JSON)", v.name),
+        )),
+        None => out.push(drift(
+            DriftKind::DefaultMode,
+            format!("volume {}: defaultMode is not set (Kubernetes then uses 0644); set defaultMode: 256 (octal 0400)", v.name),
+        )),
+    }
+    for item in secret.items.iter().flatten() {
+        if let Some(mode) = item.mode.filter(|m| *m != SECRET_MODE) {
+            out.push(drift(
+                DriftKind::DefaultMode,
+                format!(
+                    "volume {}: item {} has mode {mode:#o}; it must be 0400 or unset",
+                    v.name, item.key
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// Named container ports: name → (port, protocol).
+fn named_ports(containers: &[Container]) -> BTreeMap<String, (i32, String)> {
+    containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            p.name.clone().map(|n| {
+                (
+                    n,
+                    (
+                        p.container_port,
+                        p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Every ingress rule must name ports, and every port must be TCP 9090.
+fn ingress_drifts(
+    source: &str,
+    rules: &[NetworkPolicyIngressRule],
+    named: &BTreeMap<String, (i32, String)>,
+) -> Vec<Drift> {
+    let mut out = Vec::new();
+    let need = "ingress must be allowed only to TCP 9090";
+    for (i, rule) in rules.iter().enumerate() {
+        let n = i + 1;
+        let ports = rule.ports.as_deref().unwrap_or_default();
+        if ports.is_empty() {
+            out.push(drift(
+                DriftKind::NetworkPolicy,
+                format!("{source} ingress rule {n} allows every port; {need}"),
+            ));
+            continue;
+        }
+        for p in ports {
+            let proto = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+            let problem = match &p.port {
+                None => Some(format!("allows every {proto} port")),
+                Some(IntOrString::Int(port)) => match p.end_port {
+                    Some(end) if end != *port => Some(format!("allows {proto} ports {port}-{end}")),
+                    _ if *port != TLS_PORT || proto != "TCP" => {
+                        Some(format!("allows {proto} port {port}"))
+                    }
+                    _ => None,
+                },
+                Some(IntOrString::String(name)) => match named.get(name) {
+                    Some((port, pproto))
+                        if *port == TLS_PORT && *pproto == "TCP" && proto == "TCP" =>
+                    {
+                        None
+                    }
+                    Some((port, _)) => Some(format!("allows {proto} port {name:?} ({port})")),
+                    None => Some(format!(
+                        "allows {proto} port {name:?}, which no container of the template declares"
+                    )),
+                },
+            };
+            if let Some(problem) = problem {
+                out.push(drift(
+                    DriftKind::NetworkPolicy,
+                    format!("{source} ingress rule {n} {problem}; {need}"),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether a label selector selects a pod with these labels (an empty selector selects
+/// every pod).
+pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_labels = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_exprs = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        let got = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => got.is_some_and(|v| values.contains(v)),
+            "NotIn" => got.is_none_or(|v| !values.contains(v)),
+            "Exists" => got.is_some(),
+            "DoesNotExist" => got.is_none(),
+            _ => false,
+        }
+    });
+    by_labels && by_exprs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template() -> Value {
+        json!({
+            "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+            "kind": "SandboxTemplate",
+            "metadata": {"name": "t", "namespace": "ns"},
+            "spec": {
+                "networkPolicyManagement": "Unmanaged",
+                "podTemplate": {
+                    "metadata": {"labels": {"app": "sbx"}},
+                    "spec": {
+                        "runtimeClassName": "gvisor",
+                        "containers": [{
+                            "name": "sandboxd",
+                            "image": "img@sha256:00",
+                            "command": [TERMINATOR],
+                            "args": ["--listen-host=127.0.0.1", "--grpc-port=9091", "--token-file=/t/token"],
+                            "ports": [{"name": "tls", "containerPort": 9090}],
+                            "volumeMounts": [{"name": "tls", "mountPath": SECRET_MOUNT, "readOnly": true}]
+                        }],
+                        "volumes": [{"name": "tls", "secret": {"secretName": "s", "defaultMode": 256}}]
+                    }
+                }
+            }
+        })
+    }
+
+    fn policy(ports: Value) -> Value {
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"podSelector": {"matchLabels": {"app": "sbx"}},
+                     "policyTypes": ["Ingress", "Egress"],
+                     "ingress": [{"ports": ports}]}
+        })
+    }
+
+    fn good_policy() -> Value {
+        policy(json!([{"protocol": "TCP", "port": 9090}]))
+    }
+
+    fn kinds(r: &ReadBack) -> Vec<DriftKind> {
+        r.drifts.iter().map(|d| d.kind).collect()
+    }
+
+    #[test]
+    fn a_conforming_template_passes_with_its_tier() {
+        let pool = json!({"spec": {"sandboxTemplateRef": {"name": "t"}}});
+        let r = read_back("t", &template(), Some(("pool", &pool)), &[good_policy()]);
+        assert!(r.drifts.is_empty(), "{:?}", r.drifts);
+        assert_eq!(r.tier, Tier::Kernel);
+        assert_eq!(r.image.as_deref(), Some("img@sha256:00"));
+        assert_eq!(r.pod_labels[TEMPLATE_REF_HASH_LABEL], name_hash("t"));
+    }
+
+    #[test]
+    fn each_drift_is_named() {
+        let cases: Vec<(DriftKind, Box<dyn Fn(&mut Value)>)> = vec![
+            (
+                DriftKind::Command,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["command"] =
+                        json!(["/usr/local/bin/plimsoll-sandboxd"])
+                }),
+            ),
+            (
+                DriftKind::Command,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("command");
+                }),
+            ),
+            (
+                DriftKind::ListenHost,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["args"][0] =
+                        json!("--listen-host=0.0.0.0")
+                }),
+            ),
+            (
+                DriftKind::GrpcPort,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["args"][1] =
+                        json!("--grpc-port=9090")
+                }),
+            ),
+            (
+                DriftKind::SandboxdFlags,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["args"][2] =
+                        json!("--insecure-no-token")
+                }),
+            ),
+            (
+                DriftKind::SecretMount,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"][0]
+                        ["mountPath"] = json!("/etc/tls")
+                }),
+            ),
+            (
+                DriftKind::SecretMount,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"][0]
+                        ["subPath"] = json!("tls.crt")
+                }),
+            ),
+            (
+                DriftKind::ReadOnly,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"][0]
+                        ["readOnly"] = json!(false)
+                }),
+            ),
+            (
+                DriftKind::DefaultMode,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["volumes"][0]["secret"]["defaultMode"] =
+                        json!(420)
+                }),
+            ),
+            (
+                DriftKind::DefaultMode,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["volumes"][0]["secret"]["defaultMode"] =
+                        json!(400)
+                }),
+            ),
+            (
+                DriftKind::SecretVolume,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["volumes"][0] =
+                        json!({"name": "tls", "emptyDir": {}})
+                }),
+            ),
+            (
+                DriftKind::HostNamespace,
+                Box::new(|t| t["spec"]["podTemplate"]["spec"]["hostNetwork"] = json!(true)),
+            ),
+            (
+                DriftKind::Privileged,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"] =
+                        json!({"privileged": true})
+                }),
+            ),
+            (
+                DriftKind::NetworkPolicy,
+                Box::new(|t| t["spec"]["networkPolicyManagement"] = json!("Managed")),
+            ),
+        ];
+        for (kind, edit) in cases {
+            let mut t = template();
+            edit(&mut t);
+            let r = read_back("t", &t, None, &[good_policy()]);
+            assert_eq!(kinds(&r), vec![kind], "{:?}", r.drifts);
+            assert!(r.drifts[0]
+                .to_string()
+                .starts_with(&format!("[{}]", kind.as_str())));
+        }
+    }
+
+    #[test]
+    fn every_difference_is_listed_at_once() {
+        let mut t = template();
+        let c = &mut t["spec"]["podTemplate"]["spec"]["containers"][0];
+        c["args"] = json!(["--token-file=/t/token"]);
+        c["volumeMounts"][0]["readOnly"] = json!(false);
+        t["spec"]["podTemplate"]["spec"]["volumes"][0]["secret"]["defaultMode"] = json!(420);
+        let r = read_back("t", &t, None, &[]);
+        let mut k = kinds(&r);
+        k.sort();
+        assert_eq!(
+            k,
+            vec![
+                DriftKind::ListenHost,
+                DriftKind::GrpcPort,
+                DriftKind::ReadOnly,
+                DriftKind::DefaultMode,
+                DriftKind::NetworkPolicy
+            ]
+        );
+    }
+
+    #[test]
+    fn policies_allowing_more_than_tls_are_refused() {
+        for ports in [
+            json!([{"port": 9090}, {"port": 8080}]),
+            json!([{"protocol": "UDP", "port": 9090}]),
+            json!([{"port": 9090, "endPort": 9100}]),
+            json!([{"protocol": "TCP"}]),
+            json!([]),
+            json!([{"port": "metrics"}]),
+        ] {
+            let r = read_back("t", &template(), None, &[policy(ports.clone())]);
+            assert!(r.has(DriftKind::NetworkPolicy), "{ports}: passed");
+        }
+        // A named port that is the TLS port is fine; so is a policy with a `from`.
+        let r = read_back("t", &template(), None, &[policy(json!([{"port": "tls"}]))]);
+        assert!(r.drifts.is_empty(), "{:?}", r.drifts);
+        // Any other selecting policy that opens more is found too (policies add up).
+        let wide =
+            json!({"metadata": {"name": "wide"}, "spec": {"podSelector": {}, "ingress": [{}]}});
+        let r = read_back("t", &template(), None, &[good_policy(), wide]);
+        assert_eq!(kinds(&r), vec![DriftKind::NetworkPolicy]);
+        assert!(r.drifts[0].message.contains("wide"));
+        // A policy that selects other pods does not count.
+        let other = json!({"metadata": {"name": "o"}, "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{}]}});
+        let r = read_back("t", &template(), None, &[good_policy(), other]);
+        assert!(r.drifts.is_empty(), "{:?}", r.drifts);
+    }
+
+    #[test]
+    fn the_controllers_managed_policy_is_matched_by_template_hash() {
+        let mut t = template();
+        t["spec"]["networkPolicyManagement"] = json!("Managed");
+        t["spec"]["networkPolicy"] =
+            json!({"ingress": [{"ports": [{"protocol": "TCP", "port": 9090}]}], "egress": []});
+        let managed = json!({"metadata": {"name": "t-network-policy"}, "spec": {
+            "podSelector": {"matchLabels": {TEMPLATE_REF_HASH_LABEL: name_hash("t")}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"ports": [{"protocol": "TCP", "port": 9090}]}]}});
+        let r = read_back("t", &t, None, std::slice::from_ref(&managed));
+        assert!(r.drifts.is_empty(), "{:?}", r.drifts);
+        t["spec"]["networkPolicy"]["ingress"][0]["ports"][0]["port"] = json!(22);
+        let r = read_back("t", &t, None, &[managed]);
+        assert!(r.has(DriftKind::NetworkPolicy));
+    }
+
+    #[test]
+    fn the_warm_pool_must_use_the_template() {
+        let pool = json!({"spec": {"sandboxTemplateRef": {"name": "other"}}});
+        let r = read_back("t", &template(), Some(("pool", &pool)), &[good_policy()]);
+        assert_eq!(kinds(&r), vec![DriftKind::WarmPool]);
+    }
+
+    #[test]
+    fn tiers_from_runtime_classes() {
+        assert_eq!(tier_of_runtime_class(None), Tier::Container);
+        assert_eq!(tier_of_runtime_class(Some("runc")), Tier::Container);
+        assert_eq!(tier_of_runtime_class(Some("gvisor")), Tier::Kernel);
+        assert_eq!(tier_of_runtime_class(Some("runsc")), Tier::Kernel);
+        assert_eq!(tier_of_runtime_class(Some("kata-qemu")), Tier::Vm);
+        assert_eq!(tier_of_runtime_class(Some("kata-vm-isolation")), Tier::Vm);
+        assert_eq!(tier_of_runtime_class(Some("crun")), Tier::Container);
+    }
+
+    #[test]
+    fn flag_rules_agree_with_the_terminator() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        for args in [
+            s(&["--listen-host=127.0.0.1", "--grpc-port=9091"]),
+            s(&[
+                "--grpc-port=9091",
+                "--root-dir=/w",
+                "--listen-host=127.0.0.1",
+            ]),
+            s(&["--listen-host=127.0.0.1"]),
+            s(&["--listen-host", "127.0.0.1", "--grpc-port=9091"]),
+            s(&[
+                "--listen-host=127.0.0.1",
+                "--listen-host=127.0.0.1",
+                "--grpc-port=9091",
+            ]),
+            s(&[
+                "--listen-host=127.0.0.1",
+                "--grpc-port=9091",
+                "--unix-socket=/x",
+            ]),
+            s(&["--listen-host=0.0.0.0", "--grpc-port=9091"]),
+        ] {
+            let ours = flag_drifts("c", &args).is_empty();
+            let theirs = plimsoll_tls::supervise::check_sandboxd_flags(&args).is_ok();
+            assert_eq!(ours, theirs, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn selectors() {
+        let labels: BTreeMap<String, String> =
+            [("app".to_owned(), "x".to_owned())].into_iter().collect();
+        let sel = |v: Value| -> LabelSelector { serde_json::from_value(v).unwrap() };
+        assert!(selects(&sel(json!({})), &labels));
+        assert!(selects(&sel(json!({"matchLabels": {"app": "x"}})), &labels));
+        assert!(!selects(
+            &sel(json!({"matchLabels": {"app": "y"}})),
+            &labels
+        ));
+        assert!(selects(
+            &sel(
+                json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["x", "z"]}]})
+            ),
+            &labels
+        ));
+        assert!(!selects(
+            &sel(
+                json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["x"]}]})
+            ),
+            &labels
+        ));
+        assert!(selects(
+            &sel(json!({"matchExpressions": [{"key": "b", "operator": "DoesNotExist"}]})),
+            &labels
+        ));
+        assert!(!selects(
+            &sel(json!({"matchExpressions": [{"key": "b", "operator": "Exists"}]})),
+            &labels
+        ));
+    }
+}

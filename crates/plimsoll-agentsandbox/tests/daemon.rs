@@ -1,0 +1,177 @@
+//! plimsolld (the in-process daemon, its real gRPC listener) with `SANDBOX_PROVIDER=agentsandbox`
+//! against the fake cluster: the tier read back from the template is stated in Describe,
+//! in results and in records; a pod that fails the handshake is a marked refusal on the
+//! wire; hardened mode needs the encrypted-pod-network statement.
+
+use plimsoll_agentsandbox::fake::{self, FakeCluster, FakeClusterOptions, Pki, PodMode};
+use plimsoll_core::check::check_answer;
+use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
+use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
+use plimsoll_core::{not_dispatched_reason, Reason};
+use plimsoll_daemon::env::MapEnv;
+use plimsoll_daemon::{start, Config};
+
+struct Setup {
+    cluster: FakeCluster,
+    token: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let cluster = FakeCluster::start(FakeClusterOptions::conforming(
+        fake::sandboxd_binaries().unwrap(),
+    ))
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut file = plimsoll_callers::CallersFile::default();
+    let token = file.add("tester", &[]).unwrap();
+    file.save(&dir.path().join("callers.json")).unwrap();
+    Setup {
+        cluster,
+        token,
+        _dir: dir,
+    }
+}
+
+fn config(
+    s: &Setup,
+    extra: &[(&str, &str)],
+) -> Result<Config, plimsoll_daemon::config::ConfigError> {
+    let callers = s._dir.path().join("callers.json");
+    let state = s._dir.path().join("state");
+    let mut pairs: Vec<(String, String)> = vec![
+        ("PLIMSOLL_ADDR".into(), "127.0.0.1:0".into()),
+        ("PLIMSOLL_METRICS_ADDR".into(), "off".into()),
+        (
+            "PLIMSOLL_CLIENTS_FILE".into(),
+            callers.display().to_string(),
+        ),
+        ("PLIMSOLL_STATE_DIR".into(), state.display().to_string()),
+    ];
+    pairs.extend(s.cluster.env_pairs());
+    pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut cfg = Config::from_env(&MapEnv::from_pairs(
+        pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    ))?;
+    // Test hook: the fake pods listen on another port than 9090.
+    cfg.agentsandbox
+        .as_mut()
+        .expect("agentsandbox settings")
+        .sandboxd_port = s.cluster.pod_port();
+    Ok(cfg)
+}
+
+fn authed<T>(msg: T, token: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+fn js(code: &str) -> pb::RunRequest {
+    pb::RunRequest {
+        protocol: 5,
+        timeout_ms: 20_000,
+        payload: Some(Payload::Javascript(pb::JavaScriptRun {
+            code: code.into(),
+            grant_profile: String::new(),
+        })),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn plimsolld_states_the_read_back_tier_in_describe_results_and_records() {
+    let s = setup().await;
+    let daemon = start(config(&s, &[]).unwrap()).await.unwrap();
+    let mut c = SandboxServiceClient::connect(format!("http://{}", daemon.rpc_addr()))
+        .await
+        .unwrap();
+    let d = c
+        .describe(authed(pb::DescribeRequest {}, &s.token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(d.sandbox, "agentsandbox");
+    assert_eq!(d.isolation, "kernel");
+    assert_eq!(d.protocol, 5);
+
+    let req = js("console.log(6*7)");
+    let resp = c
+        .run(authed(req.clone(), &s.token))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(R::Javascript(j)) = &resp.result else {
+        panic!("no javascript result")
+    };
+    assert_eq!(j.stdout, b"42\n");
+    assert_eq!(resp.isolation, "kernel");
+    assert_eq!(resp.sandbox, "agentsandbox");
+    let rec = resp.record.as_ref().unwrap();
+    assert_eq!(rec.isolation, "kernel");
+    assert_eq!(rec.provider, "agentsandbox");
+    check_answer(&req, &resp).unwrap();
+
+    // A pod with another CA's certificate: marked not dispatched on the wire.
+    s.cluster.set_mode(PodMode::ServeCert(Pki::generate(
+        plimsoll_tls::DEFAULT_SERVER_NAME,
+    )));
+    let err = c.run(authed(js("1"), &s.token)).await.unwrap_err();
+    assert_eq!(
+        not_dispatched_reason(&err),
+        Some(Reason::Environment),
+        "{err:?}"
+    );
+    assert!(
+        err.message().contains("could not be confirmed"),
+        "{}",
+        err.message()
+    );
+
+    daemon.shutdown().await;
+    let n = s.cluster.counts();
+    assert_eq!((n.created, n.deleted, n.live), (3, 3, 0), "{n:?}");
+    s.cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn hardened_mode_without_the_encrypted_pod_network_statement_refuses_to_start() {
+    let s = setup().await;
+    let hardened = [
+        ("PLIMSOLL_HARDENED", "1"),
+        ("SANDBOX_MEMORY_MB", "1024"),
+        ("SANDBOX_CPUS", "1"),
+        ("SANDBOX_PIDS", "256"),
+        ("SANDBOX_DISK_MB", "1024"),
+    ];
+    let e = start(config(&s, &hardened).unwrap())
+        .await
+        .err()
+        .expect("hardened mode without the statement must not start");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK"),
+        "{msg}"
+    );
+    // It is the only missing safeguard here: gVisor gives kernel, the rest is set.
+    assert_eq!(msg.matches("\n  - ").count(), 1, "{msg}");
+
+    let mut with = hardened.to_vec();
+    with.push(("SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK", "1"));
+    let daemon = start(config(&s, &with).unwrap())
+        .await
+        .expect("hardened mode with the statement starts");
+    daemon.shutdown().await;
+    s.cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_ca_file_is_required_by_plimsolld_configuration() {
+    let s = setup().await;
+    let e = config(&s, &[("SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE", "")]).unwrap_err();
+    assert_eq!(e.name, "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE");
+    assert!(e.message.contains("required"), "{e}");
+    s.cluster.shutdown().await;
+}
