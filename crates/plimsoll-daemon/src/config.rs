@@ -200,6 +200,8 @@ pub struct Config {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Hardened mode.
     pub hardened: bool,
+    /// The startup ship scan (`PLIMSOLL_WITHHELD_SET`; only with `SANDBOX_PROVIDER=docker`).
+    pub withheld: Option<WithheldScan>,
     /// The provider.
     pub provider: ProviderKind,
     /// The daemon-wide floor.
@@ -254,6 +256,72 @@ fn parse_addr(name: &str, v: &str) -> Result<SocketAddr, ConfigError> {
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| bad(name, format!("{v:?} is not a host:port address")))
+}
+
+/// The startup ship scan: the withheld set and known lists, read once at startup. plimsolld
+/// scans the image the docker provider verified against them before it serves.
+#[derive(Debug, Clone)]
+pub struct WithheldScan {
+    /// `PLIMSOLL_WITHHELD_SET`.
+    pub set_file: PathBuf,
+    /// The set read from it.
+    pub set: plimsoll_withheld::WithheldSet,
+    /// `PLIMSOLL_WITHHELD_KNOWN_FILE`, if set.
+    pub known_file: Option<PathBuf>,
+    /// The known-unreadable lists read from it (empty without the file).
+    pub known: plimsoll_withheld::KnownImages,
+}
+
+/// `PLIMSOLL_WITHHELD_SET` and `PLIMSOLL_WITHHELD_KNOWN_FILE`, read and checked now so a bad
+/// file stops startup as a configuration error. The scan looks at the docker provider's image
+/// only: with another provider nothing would be scanned, so a set is refused rather than
+/// silently ignored, and a known file without a set likewise.
+fn withheld_scan(
+    env: &dyn EnvSource,
+    provider: ProviderKind,
+) -> Result<Option<WithheldScan>, ConfigError> {
+    let get = |n: &str| env.get(n).filter(|v| !v.trim().is_empty());
+    let known_file = get("PLIMSOLL_WITHHELD_KNOWN_FILE").map(|v| PathBuf::from(v.trim()));
+    let Some(set_file) = get("PLIMSOLL_WITHHELD_SET").map(|v| PathBuf::from(v.trim())) else {
+        if known_file.is_some() {
+            return Err(bad(
+                "PLIMSOLL_WITHHELD_KNOWN_FILE",
+                "is set without PLIMSOLL_WITHHELD_SET, so nothing would be scanned; set PLIMSOLL_WITHHELD_SET too, or unset this",
+            ));
+        }
+        return Ok(None);
+    };
+    if provider != ProviderKind::Docker {
+        return Err(bad(
+            "PLIMSOLL_WITHHELD_SET",
+            format!(
+                "is set but SANDBOX_PROVIDER is {}: only the docker provider's image is scanned at startup, so nothing would be scanned; \
+                 scan other images before they ship with `plimsoll-withheld scan-image`, and unset this variable",
+                provider.as_str()
+            ),
+        ));
+    }
+    let set = plimsoll_withheld::WithheldSet::load(&set_file).map_err(|e| {
+        bad(
+            "PLIMSOLL_WITHHELD_SET",
+            format!("not a usable withheld set: {e}"),
+        )
+    })?;
+    let known = match &known_file {
+        None => plimsoll_withheld::KnownImages::empty(),
+        Some(p) => plimsoll_withheld::KnownImages::load(p).map_err(|e| {
+            bad(
+                "PLIMSOLL_WITHHELD_KNOWN_FILE",
+                format!("not a usable known-images file: {e}; write it with `plimsoll-withheld known-unreadable`"),
+            )
+        })?,
+    };
+    Ok(Some(WithheldScan {
+        set_file,
+        set,
+        known_file,
+        known,
+    }))
 }
 
 /// Whether an address is loopback (`127.0.0.0/8`, `::1`). An unspecified address is not.
@@ -336,6 +404,7 @@ impl Config {
                 ))
             }
         };
+        let withheld = withheld_scan(env, provider)?;
         let min_isolation = Floor::parse(&get("SANDBOX_MIN_ISOLATION").unwrap_or_default())
             .map_err(|e| bad("SANDBOX_MIN_ISOLATION", e.to_string()))?;
         let max_concurrent: usize = parse_num(env, "SANDBOX_MAX_CONCURRENT", 8)?;
@@ -378,6 +447,7 @@ impl Config {
             clients_file,
             tls,
             hardened,
+            withheld,
             provider,
             min_isolation,
             max_concurrent,
@@ -405,6 +475,7 @@ impl Config {
             clients_file: None,
             tls: None,
             hardened: false,
+            withheld: None,
             provider: ProviderKind::Process,
             min_isolation: Floor::NONE,
             max_concurrent: 8,
@@ -463,6 +534,103 @@ mod tests {
         let e = Config::from_env(&MapEnv::default()).unwrap_err();
         assert_eq!(e.name, "PLIMSOLL_CLIENTS_FILE");
         assert!(e.message.contains("plimsoll callers add"));
+    }
+
+    #[test]
+    fn withheld_scan_settings_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let set_path = dir.path().join("withheld.json");
+        let mut set = plimsoll_withheld::WithheldSet::empty();
+        set.add(
+            plimsoll_withheld::Entry::run(
+                "canary",
+                plimsoll_withheld::Mode::Refuse,
+                b"canary-value-for-config-test",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        set.save(&set_path).unwrap();
+        let known_path = dir.path().join("known-images.json");
+        plimsoll_withheld::KnownImages::empty()
+            .save(&known_path)
+            .unwrap();
+        let (set_s, known_s) = (set_path.to_str().unwrap(), known_path.to_str().unwrap());
+        let docker = [
+            ("PLIMSOLL_INSECURE", "1"),
+            ("SANDBOX_PROVIDER", "docker"),
+            ("SANDBOX_DOCKER_IMAGE", "plimsoll/sandbox:latest"),
+        ];
+        let with = |extra: &[(&'static str, &str)]| {
+            let mut p: Vec<(&str, &str)> = docker.to_vec();
+            p.extend_from_slice(extra);
+            Config::from_env(&MapEnv::from_pairs(p))
+        };
+        assert!(with(&[]).unwrap().withheld.is_none());
+        let w = with(&[
+            ("PLIMSOLL_WITHHELD_SET", set_s),
+            ("PLIMSOLL_WITHHELD_KNOWN_FILE", known_s),
+        ])
+        .unwrap()
+        .withheld
+        .unwrap();
+        assert_eq!(w.set.entries().len(), 1);
+        assert_eq!(w.known_file.as_deref(), Some(known_path.as_path()));
+        let w = with(&[("PLIMSOLL_WITHHELD_SET", set_s)])
+            .unwrap()
+            .withheld
+            .unwrap();
+        assert!(w.known_file.is_none());
+
+        // A missing or malformed file names its variable.
+        let garbage = dir.path().join("garbage.json");
+        std::fs::write(&garbage, b"{\"format\":\"nope\"}").unwrap();
+        let g = garbage.to_str().unwrap();
+        for (extra, name) in [
+            (
+                vec![("PLIMSOLL_WITHHELD_SET", "/nonexistent/withheld.json")],
+                "PLIMSOLL_WITHHELD_SET",
+            ),
+            (vec![("PLIMSOLL_WITHHELD_SET", g)], "PLIMSOLL_WITHHELD_SET"),
+            (
+                vec![
+                    ("PLIMSOLL_WITHHELD_SET", set_s),
+                    ("PLIMSOLL_WITHHELD_KNOWN_FILE", "/nonexistent/known.json"),
+                ],
+                "PLIMSOLL_WITHHELD_KNOWN_FILE",
+            ),
+            (
+                vec![
+                    ("PLIMSOLL_WITHHELD_SET", set_s),
+                    ("PLIMSOLL_WITHHELD_KNOWN_FILE", g),
+                ],
+                "PLIMSOLL_WITHHELD_KNOWN_FILE",
+            ),
+            // A known file alone would scan nothing.
+            (
+                vec![("PLIMSOLL_WITHHELD_KNOWN_FILE", known_s)],
+                "PLIMSOLL_WITHHELD_KNOWN_FILE",
+            ),
+        ] {
+            let e = with(&extra).unwrap_err();
+            assert_eq!(e.name, name, "{extra:?}: {e}");
+        }
+
+        // Another provider would scan nothing: a set is a startup error naming the variable.
+        for provider in ["process", "agentsandbox", "disabled"] {
+            let mut p = vec![
+                ("PLIMSOLL_INSECURE", "1"),
+                ("SANDBOX_PROVIDER", provider),
+                ("PLIMSOLL_WITHHELD_SET", set_s),
+            ];
+            if provider == "agentsandbox" {
+                p.push(("SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE", set_s));
+                p.push(("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE", set_s));
+            }
+            let e = Config::from_env(&MapEnv::from_pairs(p)).unwrap_err();
+            assert_eq!(e.name, "PLIMSOLL_WITHHELD_SET", "{provider}: {e}");
+            assert!(e.message.contains("nothing would be scanned"), "{e}");
+        }
     }
 
     #[test]

@@ -57,6 +57,11 @@ pub enum StartError {
         /// What is wrong.
         message: String,
     },
+    /// The startup ship scan refused the image (a refuse-mode find, or an unreadable file not
+    /// on its known list) or could not read it. Names the image ID and each place, never the
+    /// matched bytes.
+    #[error("PLIMSOLL_WITHHELD_SET: {0}")]
+    Withheld(String),
 }
 
 /// Hardened mode: every safeguard that is missing, each with what to set.
@@ -167,6 +172,128 @@ fn read_tls(cfg: &Config) -> Result<Option<tonic::transport::ServerTlsConfig>, S
     ))
 }
 
+/// Lines of a refused scan's message listed before "and N more".
+const WITHHELD_LINES: usize = 20;
+
+/// The startup ship scan: the image the docker provider verified at start (its content ID,
+/// from `Facts::environment`), exported by the engine and scanned against the withheld set.
+/// A refuse-mode find or an unreadable file not on that image's known list stops startup;
+/// audit-mode finds are logged. Nothing here prints matched bytes: a find names its place.
+async fn withheld_scan(
+    cfg: &Config,
+    w: &crate::config::WithheldScan,
+    facts: &provider::Facts,
+) -> Result<(), StartError> {
+    let fail = |m: String| StartError::Withheld(m);
+    let image_id = facts
+        .environment
+        .strip_prefix("docker-image:")
+        .filter(|id| plimsoll_withheld::known::valid_image_id(id))
+        .ok_or_else(|| {
+            fail(format!(
+                "the {} provider did not state a verified image content ID (environment {:?}); nothing was scanned, refusing to serve",
+                facts.name, facts.environment
+            ))
+        })?;
+    let docker_cfg = cfg
+        .docker
+        .as_ref()
+        .ok_or_else(|| fail("the scan needs SANDBOX_PROVIDER=docker and its settings".into()))?;
+    let socket = docker_cfg.socket_path().map_err(fail)?;
+    let docker = plimsoll_docker::provider::connect(&socket)
+        .map_err(|e| fail(format!("cannot scan image {image_id}: {e}")))?
+        .negotiate_version()
+        .await
+        .map_err(|e| {
+            fail(format!(
+                "cannot scan image {image_id}: the Docker engine at unix://{} did not state its API version: {e}",
+                socket.display()
+            ))
+        })?;
+    let started = std::time::Instant::now();
+    tracing::info!(image = %image_id, set = %w.set_file.display(), entries = w.set.entries().len(), "withheld scan of the sandbox image");
+    let report = plimsoll_withheld::scan_engine_image(
+        &docker,
+        image_id,
+        &w.set,
+        &w.known,
+        &plimsoll_withheld::Limits::default(),
+    )
+    .await
+    .map_err(|e| {
+        fail(format!(
+            "cannot scan image {image_id}: {e}; refusing to serve an image that was not scanned"
+        ))
+    })?;
+    if report.image_id != image_id {
+        return Err(fail(format!(
+            "the engine's export of image {image_id} is keyed {}; refusing to serve an image that was not scanned",
+            report.image_id
+        )));
+    }
+    for f in report
+        .findings
+        .iter()
+        .filter(|f| f.mode == plimsoll_withheld::Mode::Audit)
+    {
+        tracing::warn!(image = %image_id, entry = %f.entry_id, layer = %f.layer, path = %f.path,
+            r#match = f.kind, "withheld material found (audit mode: logged, not refused)");
+    }
+    for u in report.unreadable.iter().filter(|u| u.known) {
+        tracing::info!(image = %image_id, layer = %u.layer, path = %u.path, reason = %u.reason,
+            size = u.size, "unreadable file on the image's known list (its bytes were not read)");
+    }
+    let verdict = report.verdict();
+    if !verdict.refuses() {
+        tracing::info!(image = %image_id, verdict = verdict.as_str(), files = report.files,
+            decoded_bytes = report.decoded_bytes, audit_finds = report.findings.len(),
+            known_unreadable = report.unreadable.len(), elapsed_ms = started.elapsed().as_millis() as u64,
+            "withheld scan passed");
+        return Ok(());
+    }
+    let mut lines: Vec<String> = report
+        .findings
+        .iter()
+        .filter(|f| f.mode == plimsoll_withheld::Mode::Refuse)
+        .map(|f| {
+            format!(
+                "refuse entry {:?} ({} match) in layer {} path {:?}",
+                f.entry_id, f.kind, f.layer, f.path
+            )
+        })
+        .collect();
+    let unknown: Vec<_> = report.unreadable.iter().filter(|u| !u.known).collect();
+    lines.extend(unknown.iter().map(|u| {
+        format!(
+            "unreadable ({}, {} bytes) and not on the image's known list: layer {} path {:?}",
+            u.reason, u.size, u.layer, u.path
+        )
+    }));
+    let more = lines.len().saturating_sub(WITHHELD_LINES) as u64 + report.omitted;
+    lines.truncate(WITHHELD_LINES);
+    if more > 0 {
+        lines.push(format!("and {more} more finds or unreadable files"));
+    }
+    let mut message = format!(
+        "refusing to serve image {image_id} ({}):\n  - {}",
+        verdict.as_str(),
+        lines.join("\n  - ")
+    );
+    if !unknown.is_empty() || report.omitted > 0 {
+        let known = w
+            .known_file
+            .as_ref()
+            .map_or("known-images.json".into(), |p| p.display().to_string());
+        message.push_str(&format!(
+            "\nAn unreadable file is refused until an operator has looked at it and listed it for this image: \
+             `plimsoll-withheld known-unreadable -set {} -known {known} {image_id}`, then set PLIMSOLL_WITHHELD_KNOWN_FILE={known}. \
+             Listing acknowledges unread bytes, not that they hold no secret.",
+            w.set_file.display()
+        ));
+    }
+    Err(fail(message))
+}
+
 /// Starts a daemon: provider smoke test, floor, hardened mode, listeners. Returns once
 /// the daemon is serving.
 pub async fn start(cfg: Config) -> Result<RunningDaemon, StartError> {
@@ -181,6 +308,10 @@ pub async fn start(cfg: Config) -> Result<RunningDaemon, StartError> {
                 tier: facts.tier.map_or("none".into(), |t| t.to_string()),
             });
         }
+    }
+    // The image the provider verified is scanned before anything serves it.
+    if let Some(w) = &cfg.withheld {
+        withheld_scan(&cfg, w, &facts).await?;
     }
     if cfg.hardened {
         let v = hardened_violations(&cfg, facts.tier);
