@@ -109,7 +109,7 @@ pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
     }
     for line in cap_lines {
         let (name, value) = line.split_once(':').unwrap_or((line, ""));
-        if value.trim().trim_start_matches('0') != "" {
+        if !value.trim().trim_start_matches('0').is_empty() {
             wrong.push(format!("{name} is {} (expected all zero)", value.trim()));
         }
     }
