@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::query_parameters::{
-    CommitContainerOptions, RemoveImageOptions, UploadToContainerOptions,
+    CommitContainerOptions, ListContainersOptions, RemoveImageOptions, UploadToContainerOptions,
 };
 use bollard::Docker;
 use plimsoll_core::pb;
@@ -335,6 +335,22 @@ async fn refused(cfg: plimsoll_daemon::Config) -> String {
     m
 }
 
+/// Containers (running or not) of one image.
+async fn containers_of(d: &Docker, image_id: &str) -> Vec<String> {
+    let filters =
+        std::collections::HashMap::from([("ancestor".to_owned(), vec![image_id.to_owned()])]);
+    d.list_containers(Some(ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    }))
+    .await
+    .unwrap()
+    .into_iter()
+    .filter_map(|c| c.id)
+    .collect()
+}
+
 /// Neither the withheld value nor any of the withheld file's text appears.
 fn never_the_bytes(text: &str) {
     assert!(
@@ -407,6 +423,8 @@ async fn the_startup_scan_refuses_withheld_and_unknown_unreadable_files_and_logs
     ] {
         assert!(m.contains(want), "{want:?} missing from: {m}");
     }
+    // The provider that started for the refused daemon left no container of the image.
+    assert_eq!(containers_of(&d, &img.id).await, Vec::<String>::new());
 
     // 2. Audit mode, no known list: the encrypted zip alone still stops startup.
     let m = refused(config(&state, &img.id, free_port(), &audit_set, None)).await;
@@ -498,6 +516,7 @@ async fn the_startup_scan_refuses_withheld_and_unknown_unreadable_files_and_logs
         .into_inner();
     assert_eq!(desc.sandbox, "docker");
     daemon.shutdown().await;
+    assert_eq!(containers_of(&d, &img.id).await, Vec::<String>::new());
 
     // 5. The known list never excuses a refuse-mode find.
     let m = refused(config(
