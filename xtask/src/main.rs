@@ -1,18 +1,57 @@
-//! cargo xtask: the project's build and measurement tasks (`ci`, `bench`, `dist`), in Rust
-//! instead of a Makefile. It never runs as part of the daemon.
+//! cargo xtask: the project's build and measurement tasks, in Rust instead of a Makefile.
+//! Each task is one module; this file only dispatches. It never runs as part of the daemon,
+//! and its benchmarks only ever target loopback addresses.
 
+mod bench_agentsandbox;
+mod bench_docker;
 mod bench_grants;
+mod bench_process;
+mod bench_scan;
+mod bench_tls;
+mod dist;
+mod images;
+
+const TASKS: &str = "\
+tasks:
+  dist                 static builds of plimsoll-sandboxd-tls and plimsoll-sandboxd into target/dist/
+  bench sandboxd-tls   the TLS terminator against direct plaintext and stunnel4 (loopback)
+  images               the Docker provider's sandbox image, without a registry (debootstrap)
+  bench process        plimsolld (process provider) against spawning the same program directly
+  bench docker         Docker provider run latency (warm pool, none) against `docker run`
+  bench agentsandbox   claim-to-result latency through the fake Kubernetes API server, by phase
+  bench scan           the ship scan on a generated 1 GiB image against a decompress-only baseline
+  bench grants         specgen time and peak RSS on a GitHub-sized OpenAPI document; broker latency ratio";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match (
-        args.first().map(String::as_str),
-        args.get(1).map(String::as_str),
-    ) {
-        (Some("bench"), Some("grants")) => {
-            let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
-            bench_grants::run(&rest)
+    match args.first().map(String::as_str) {
+        Some("dist") => dist::run(&args[1..]),
+        Some("images") => images::run_task(&args[1..]),
+        Some("bench") => match args.get(1).map(String::as_str) {
+            Some("sandboxd-tls") => bench_tls::run(&args[2..]),
+            Some("process") => {
+                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
+                bench_process::run(&rest)
+            }
+            Some("docker") => bench_docker::run(&args[2..]),
+            Some("agentsandbox") => {
+                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
+                bench_agentsandbox::run(&rest)
+            }
+            Some("grants") => {
+                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
+                bench_grants::run(&rest)
+            }
+            Some("scan") => {
+                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
+                bench_scan::run(&rest)
+            }
+            other => anyhow::bail!("unknown benchmark {other:?}\n{TASKS}"),
+        },
+        Some("help") | Some("--help") | Some("-h") | None => {
+            println!("{TASKS}");
+            Ok(())
         }
-        _ => anyhow::bail!("unknown task {args:?}; tasks: bench grants"),
+        Some(other) => anyhow::bail!("unknown task {other:?}\n{TASKS}"),
     }
 }

@@ -122,7 +122,7 @@ impl AgentSandboxConfig {
         let ca_file = val("SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE").ok_or_else(|| ConfigError {
             name: "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE",
             message: "is required with SANDBOX_PROVIDER=agentsandbox: set it to a PEM file holding the \
-                      CA certificate(s) the pods' sandboxd certificate chains to (see docs/agentsandbox.md)"
+                      CA certificate(s) the pods' sandboxd certificate chains to (see docs/agent-sandbox.md)"
                 .into(),
         })?;
         let token_file = val("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE").ok_or_else(|| ConfigError {

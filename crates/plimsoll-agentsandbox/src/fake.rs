@@ -63,8 +63,15 @@ impl Pki {
         let ca_key = KeyPair::generate().expect("generate a CA key");
         let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(DnType::CommonName, "plimsoll fake-cluster CA");
+        // A name of its own per CA: two CAs with one name would make a foreign pod look
+        // like a bad signature from the expected issuer instead of an unknown issuer.
+        ca.distinguished_name.push(
+            DnType::CommonName,
+            format!(
+                "plimsoll fake-cluster CA {}",
+                hex::encode(rand::random::<[u8; 6]>())
+            ),
+        );
         ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let ca_cert = ca.self_signed(&ca_key).expect("self-sign the CA");
         let key = KeyPair::generate().expect("generate a server key");

@@ -88,11 +88,14 @@ impl RunError {
 struct Reloading<T> {
     path: PathBuf,
     what: &'static str,
-    load: Box<dyn Fn(&Path) -> Result<T, String> + Send + Sync>,
+    load: Loader<T>,
     current: Mutex<(T, Option<Stamp>)>,
 }
 
 type Stamp = (SystemTime, u64, u64);
+
+/// Reads and checks the file's content.
+type Loader<T> = Box<dyn Fn(&Path) -> Result<T, String> + Send + Sync>;
 
 fn stamp(path: &Path) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
@@ -101,11 +104,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 impl<T: Clone> Reloading<T> {
-    fn open(
-        path: &Path,
-        what: &'static str,
-        load: Box<dyn Fn(&Path) -> Result<T, String> + Send + Sync>,
-    ) -> Result<Reloading<T>, String> {
+    fn open(path: &Path, what: &'static str, load: Loader<T>) -> Result<Reloading<T>, String> {
         let st = stamp(path);
         let first = load(path)?;
         Ok(Reloading {
@@ -584,7 +583,7 @@ impl Provider for AgentSandboxProvider {
         if !rb.drifts.is_empty() {
             let list: Vec<String> = rb.drifts.iter().map(|d| format!("  - {d}")).collect();
             return Err(start_error(format!(
-                "SandboxTemplate {}/{} (with its warm pool and NetworkPolicies) differs from what plimsolld requires in {} place(s); fix each and restart (docs/agentsandbox.md):\n{}",
+                "SandboxTemplate {}/{} (with its warm pool and NetworkPolicies) differs from what plimsolld requires in {} place(s); fix each and restart (docs/agent-sandbox.md):\n{}",
                 self.cfg.namespace,
                 self.cfg.template,
                 rb.drifts.len(),

@@ -631,9 +631,12 @@ mod tests {
         assert_eq!(r.pod_labels[TEMPLATE_REF_HASH_LABEL], name_hash("t"));
     }
 
+    /// One template edit and the drift it must cause.
+    type Case = (DriftKind, Box<dyn Fn(&mut Value)>);
+
     #[test]
     fn each_drift_is_named() {
-        let cases: Vec<(DriftKind, Box<dyn Fn(&mut Value)>)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 DriftKind::Command,
                 Box::new(|t| {

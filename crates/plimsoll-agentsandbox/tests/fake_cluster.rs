@@ -26,7 +26,7 @@ async fn cluster_with(warm: usize) -> FakeCluster {
     FakeCluster::start(o).await.expect("start the fake cluster")
 }
 
-async fn started(c: &FakeCluster, cfg: AgentSandboxConfig) -> AgentSandboxProvider {
+async fn started(_c: &FakeCluster, cfg: AgentSandboxConfig) -> AgentSandboxProvider {
     let p = AgentSandboxProvider::new(cfg).expect("provider");
     p.start().await.expect("startup checks and smoke test");
     p

@@ -95,7 +95,15 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "SANDBOX_DOCKER_POOL",
-        "containers kept started ahead of runs",
+        "containers kept started ahead of runs, each used once (default 0)",
+    ),
+    (
+        "SANDBOX_DOCKER_SECCOMP",
+        "seccomp profile (JSON file) for each container; empty uses the engine's default",
+    ),
+    (
+        "DOCKER_HOST",
+        "the Docker engine's socket for the docker provider (default unix:///var/run/docker.sock)",
     ),
     (
         "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE",
@@ -115,6 +123,14 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     ("SANDBOX_AGENTSANDBOX_TEMPLATE", "SandboxTemplate name"),
     ("SANDBOX_AGENTSANDBOX_WARM_POOL", "SandboxWarmPool name"),
+    (
+        "SANDBOX_AGENTSANDBOX_KUBECONFIG",
+        "kubeconfig file; unset uses in-cluster config, then KUBECONFIG",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS",
+        "how long a claim may wait for a Ready pod before the run is refused marked capacity",
+    ),
     (
         "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
         "the sandboxd token plimsolld presents",
@@ -222,6 +238,13 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// `SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK`: the operator's statement.
     pub encrypted_pod_network: bool,
+    /// Grant profiles from `PLIMSOLL_GRANTS_FILE`, credentials resolved at startup (empty
+    /// when unset: every grant request is refused).
+    pub grants: plimsoll_grants::Grants,
+    /// The docker provider's settings (`Some` when `SANDBOX_PROVIDER=docker`).
+    pub docker: Option<plimsoll_docker::DockerConfig>,
+    /// The agentsandbox provider's settings (`Some` when `SANDBOX_PROVIDER=agentsandbox`).
+    pub agentsandbox: Option<plimsoll_agentsandbox::AgentSandboxConfig>,
 }
 
 /// Parses a boolean the one way the contract fixes.
@@ -437,10 +460,36 @@ impl Config {
         .into_iter()
         .filter(|n| get(n).is_some())
         .collect();
+        // Credentials named by the grants file are read here, once, from the same source.
+        let grants = match get("PLIMSOLL_GRANTS_FILE") {
+            None => plimsoll_grants::Grants::empty(),
+            Some(path) => plimsoll_grants::Grants::load(std::path::Path::new(&path), &|n| {
+                env.get(n).filter(|v| !v.is_empty())
+            })
+            .map_err(|e| bad("PLIMSOLL_GRANTS_FILE", e.to_string()))?,
+        };
         let state_dir = get("PLIMSOLL_STATE_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("plimsoll"));
+        let docker = docker_config(
+            env,
+            provider,
+            resources,
+            &state_dir,
+            output_bytes,
+            default_timeout_ms,
+        )?;
+        let agentsandbox = if provider == ProviderKind::AgentSandbox {
+            Some(
+                plimsoll_agentsandbox::AgentSandboxConfig::from_env(|n| env.get(n))
+                    .map_err(|e| bad(e.name, e.message))?,
+            )
+        } else {
+            None
+        };
         Ok(Config {
+            agentsandbox,
+            grants,
             addr,
             metrics_addr,
             auth,
@@ -462,6 +511,7 @@ impl Config {
                 env.get("SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK")
                     .as_deref(),
             )?,
+            docker,
         })
     }
 
@@ -486,8 +536,66 @@ impl Config {
             explicit_resources: Vec::new(),
             shutdown_grace: Duration::from_secs(10),
             encrypted_pod_network: false,
+            grants: plimsoll_grants::Grants::empty(),
+            docker: None,
+            agentsandbox: None,
         }
     }
+}
+
+/// The docker provider's settings: the `SANDBOX_DOCKER_*` variables are checked whatever the
+/// provider (a typo fails early); the image is required only for `SANDBOX_PROVIDER=docker`.
+fn docker_config(
+    env: &dyn EnvSource,
+    provider: ProviderKind,
+    resources: Resources,
+    state_dir: &std::path::Path,
+    output_bytes: usize,
+    default_timeout_ms: u32,
+) -> Result<Option<plimsoll_docker::DockerConfig>, ConfigError> {
+    let get = |n: &str| env.get(n).filter(|v| !v.trim().is_empty());
+    let runtime =
+        plimsoll_docker::Runtime::parse(&get("SANDBOX_DOCKER_RUNTIME").unwrap_or_default())
+            .map_err(|m| bad("SANDBOX_DOCKER_RUNTIME", m))?;
+    let pool: usize = parse_num(env, "SANDBOX_DOCKER_POOL", 0)?;
+    if pool > plimsoll_docker::config::MAX_POOL {
+        return Err(bad(
+            "SANDBOX_DOCKER_POOL",
+            format!("{pool} is more than {}", plimsoll_docker::config::MAX_POOL),
+        ));
+    }
+    let seccomp = match get("SANDBOX_DOCKER_SECCOMP") {
+        None => plimsoll_docker::Seccomp::EngineDefault,
+        Some(v) if v.trim() == "unconfined" => {
+            return Err(bad(
+                "SANDBOX_DOCKER_SECCOMP",
+                "`unconfined` is refused: every container runs under a seccomp profile (leave it empty for the engine's default)",
+            ))
+        }
+        Some(v) => plimsoll_docker::Seccomp::File(PathBuf::from(v.trim())),
+    };
+    if provider != ProviderKind::Docker {
+        return Ok(None);
+    }
+    let image = get("SANDBOX_DOCKER_IMAGE").ok_or_else(|| {
+        bad(
+            "SANDBOX_DOCKER_IMAGE",
+            "is required with SANDBOX_PROVIDER=docker; build the image with `cargo xtask images` and set its ID",
+        )
+    })?;
+    let mut c = plimsoll_docker::DockerConfig::new(image.trim(), state_dir.join("docker"));
+    c.runtime = runtime;
+    c.pool = pool;
+    c.seccomp = seccomp;
+    c.memory_mb = resources.memory_mb;
+    c.cpus = resources.cpus;
+    c.pids = resources.pids;
+    c.disk_mb = resources.disk_mb;
+    c.docker_host = get("DOCKER_HOST");
+    c.output_bytes = output_bytes;
+    c.default_timeout = Duration::from_millis(default_timeout_ms.into());
+    c.limits().map_err(|(var, m)| bad(var, m))?;
+    Ok(Some(c))
 }
 
 /// `PLIMSOLL_*` and `SANDBOX_*` names that are set but not read: reported at startup,
@@ -660,6 +768,48 @@ mod tests {
                 .unwrap_err();
             assert_eq!(e.name, k, "{k}={v}: {e}");
         }
+    }
+
+    #[test]
+    fn docker_settings_are_read_and_checked() {
+        let base = [("PLIMSOLL_INSECURE", "1"), ("SANDBOX_PROVIDER", "docker")];
+        let e = Config::from_env(&MapEnv::from_pairs(base)).unwrap_err();
+        assert_eq!(e.name, "SANDBOX_DOCKER_IMAGE");
+        let mut pairs = base.to_vec();
+        pairs.extend([
+            ("SANDBOX_DOCKER_IMAGE", "sha256:abc"),
+            ("SANDBOX_DOCKER_RUNTIME", "runsc"),
+            ("SANDBOX_DOCKER_POOL", "3"),
+            ("SANDBOX_MEMORY_MB", "128"),
+            ("PLIMSOLL_STATE_DIR", "/var/lib/plimsoll"),
+            ("DOCKER_HOST", "unix:///run/docker.sock"),
+        ]);
+        let c = Config::from_env(&MapEnv::from_pairs(pairs.clone())).unwrap();
+        let d = c.docker.unwrap();
+        assert_eq!(d.image, "sha256:abc");
+        assert_eq!(d.runtime, plimsoll_docker::Runtime::Runsc);
+        assert_eq!((d.pool, d.memory_mb), (3, 128));
+        assert_eq!(d.state_dir, PathBuf::from("/var/lib/plimsoll/docker"));
+        assert_eq!(d.docker_host.as_deref(), Some("unix:///run/docker.sock"));
+        for (k, v) in [
+            ("SANDBOX_DOCKER_RUNTIME", "kata"),
+            ("SANDBOX_DOCKER_POOL", "lots"),
+            ("SANDBOX_DOCKER_SECCOMP", "unconfined"),
+            ("SANDBOX_DISK_MB", "8"),
+        ] {
+            let mut p = pairs.clone();
+            p.push((k, v));
+            let e = Config::from_env(&MapEnv::from_pairs(p)).unwrap_err();
+            assert_eq!(e.name, k, "{k}={v}: {e}");
+        }
+        // Another provider: the docker settings are still checked, but not built.
+        let c = Config::from_env(&MapEnv::from_pairs([
+            ("PLIMSOLL_INSECURE", "1"),
+            ("SANDBOX_PROVIDER", "process"),
+            ("SANDBOX_DOCKER_POOL", "2"),
+        ]))
+        .unwrap();
+        assert!(c.docker.is_none());
     }
 
     #[test]

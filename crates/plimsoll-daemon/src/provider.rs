@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use plimsoll_core::{Refusal, Tier};
+use plimsoll_core::{pb, Refusal, Tier};
 use plimsoll_runner::{RunEnv, Runner, RunnerConfig};
 
 pub use plimsoll_provider::{Answer, Facts, Provider, ProviderError, ProviderStartError, Work};
@@ -23,13 +23,15 @@ pub fn build(cfg: &Config) -> Result<Arc<dyn Provider>, ProviderStartError> {
             })?;
             Ok(Arc::new(plimsoll_docker::DockerProvider::new(docker)?))
         }
-        other => Err(ProviderStartError {
-            provider: other.as_str().into(),
-            message: format!(
-                "SANDBOX_PROVIDER={} is not available in this build yet; use SANDBOX_PROVIDER=process",
-                other.as_str()
-            ),
-        }),
+        ProviderKind::AgentSandbox => {
+            let k = cfg.agentsandbox.clone().ok_or_else(|| ProviderStartError {
+                provider: "agentsandbox".into(),
+                message: "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE is not set".into(),
+            })?;
+            Ok(Arc::new(plimsoll_agentsandbox::AgentSandboxProvider::new(
+                k,
+            )?))
+        }
     }
 }
 
@@ -64,6 +66,8 @@ impl Provider for Disabled {
 pub struct ProcessProvider {
     runner: Runner,
     languages: std::sync::OnceLock<Vec<String>>,
+    /// Per-run directories holding the grant clients (`state_dir/grants`).
+    grants_dir: std::path::PathBuf,
 }
 
 impl ProcessProvider {
@@ -84,8 +88,61 @@ impl ProcessProvider {
         Ok(ProcessProvider {
             runner,
             languages: Default::default(),
+            grants_dir: cfg.state_dir.join("grants"),
         })
     }
+
+    /// Runs `work` with `env` added to its programs' environment.
+    async fn run_with(
+        &self,
+        work: Work,
+        timeout: Duration,
+        env: &RunEnv,
+    ) -> Result<Answer, ProviderError> {
+        let spawn_failed = |e: plimsoll_runner::RunnerError| match e {
+            // Setup and spawn failures happen before any program of the run started.
+            plimsoll_runner::RunnerError::Setup(_) | plimsoll_runner::RunnerError::Spawn { .. } => {
+                ProviderError::Refused(Refusal::environment(format!(
+                    "the process provider could not start the run: {e}"
+                )))
+            }
+            // Anything else came after a program started: it may have run.
+            other => ProviderError::Failed(other.to_string()),
+        };
+        match work {
+            Work::Javascript(js) => {
+                if !self.facts().languages.iter().any(|l| l == "javascript") {
+                    return Err(Refusal::unsupported(
+                        "node was not found by the startup check; javascript is unavailable",
+                    )
+                    .into());
+                }
+                self.runner
+                    .javascript(&js, timeout, env)
+                    .await
+                    .map(Answer::Javascript)
+                    .map_err(spawn_failed)
+            }
+            Work::Project(p) => self
+                .runner
+                .project(&p, timeout, env)
+                .await
+                .map(Answer::Project)
+                .map_err(spawn_failed),
+        }
+    }
+}
+
+/// A fresh private directory (0700) for one run's grant clients.
+fn grant_client_dir(parent: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    use rand::RngCore;
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::create_dir_all(parent)?;
+    let mut b = [0u8; 16];
+    rand::rngs::OsRng.fill_bytes(&mut b);
+    let dir = parent.join(format!("g-{}", hex::encode(b)));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
 }
 
 #[async_trait::async_trait]
@@ -97,6 +154,7 @@ impl Provider for ProcessProvider {
             languages: self.languages.get().cloned().unwrap_or_default(),
             supports_project: true,
             max_timeout_ms: plimsoll_core::validate::MAX_TIMEOUT_MS,
+            supports_grants: true,
             ..Default::default()
         }
     }
@@ -120,37 +178,74 @@ impl Provider for ProcessProvider {
     }
 
     async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError> {
-        let env = RunEnv::default();
-        let spawn_failed = |e: plimsoll_runner::RunnerError| match e {
-            // Setup and spawn failures happen before any program of the run started.
-            plimsoll_runner::RunnerError::Setup(_) | plimsoll_runner::RunnerError::Spawn { .. } => {
-                ProviderError::Refused(Refusal::environment(format!(
-                    "the process provider could not start the run: {e}"
-                )))
-            }
-            // Anything else came after a program started: it may have run.
-            other => ProviderError::Failed(other.to_string()),
+        self.run_with(work, timeout, &RunEnv::default()).await
+    }
+
+    /// The relay is a loopback port with the run's secret; the clients are written to a
+    /// private directory named by `PLIMSOLL_GRANT_JS` / `PLIMSOLL_GRANT_PY`, and a project
+    /// also gets them at the top of its working directory (unless it brings files of
+    /// those names). The relay closes, and the directory goes, when the run ends.
+    async fn run_granted(
+        &self,
+        work: Work,
+        timeout: Duration,
+        grant: plimsoll_grants::RunGrant,
+    ) -> Result<Answer, ProviderError> {
+        let not_ready = |e: String| {
+            ProviderError::Refused(Refusal::environment(format!(
+                "the process provider could not prepare the run's grant: {e}"
+            )))
         };
-        match work {
-            Work::Javascript(js) => {
-                if !self.facts().languages.iter().any(|l| l == "javascript") {
-                    return Err(Refusal::unsupported(
-                        "node was not found by the startup check; javascript is unavailable",
-                    )
-                    .into());
-                }
-                self.runner
-                    .javascript(&js, timeout, &env)
-                    .await
-                    .map(Answer::Javascript)
-                    .map_err(spawn_failed)
-            }
-            Work::Project(p) => self
-                .runner
-                .project(&p, timeout, &env)
-                .await
-                .map(Answer::Project)
-                .map_err(spawn_failed),
+        let dir = grant_client_dir(&self.grants_dir).map_err(|e| not_ready(e.to_string()))?;
+        let prepared = async {
+            let files = plimsoll_grants::client::write(&dir).map_err(|e| e.to_string())?;
+            let relay = grant.open_loopback().await.map_err(|e| e.to_string())?;
+            let mut vars = relay.env();
+            vars.push((
+                plimsoll_grants::env_names::JS.into(),
+                files.js.to_string_lossy().into_owned(),
+            ));
+            vars.push((
+                plimsoll_grants::env_names::PY.into(),
+                files.py.to_string_lossy().into_owned(),
+            ));
+            let env = RunEnv::new(vars).map_err(|e| e.to_string())?;
+            Ok::<_, String>((relay, env))
         }
+        .await;
+        let (relay, env) = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(not_ready(e));
+            }
+        };
+        let work = match work {
+            Work::Project(mut p) => {
+                for (name, text) in [
+                    (
+                        plimsoll_grants::client::JS_NAME,
+                        plimsoll_grants::client::JS,
+                    ),
+                    (
+                        plimsoll_grants::client::PY_NAME,
+                        plimsoll_grants::client::PY,
+                    ),
+                ] {
+                    if !p.files.iter().any(|f| f.path == name) {
+                        p.files.push(pb::ProjectFile {
+                            path: name.into(),
+                            content: text.into(),
+                        });
+                    }
+                }
+                Work::Project(p)
+            }
+            other => other,
+        };
+        let out = self.run_with(work, timeout, &env).await;
+        relay.close().await;
+        let _ = std::fs::remove_dir_all(&dir);
+        out
     }
 }

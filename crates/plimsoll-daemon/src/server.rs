@@ -134,7 +134,10 @@ impl RunningDaemon {
     /// for runs in flight to be answered, then returns.
     pub async fn shutdown(self) {
         self.draining.store(true, Ordering::SeqCst);
-        self.stop.notify_waiters();
+        // notify_one stores a permit: the server's shutdown future may not have been
+        // polled yet (a daemon stopped right after it started), and notify_waiters would
+        // lose the signal and hold shutdown for the whole grace period.
+        self.stop.notify_one();
         match tokio::time::timeout(self.grace, self.rpc).await {
             Ok(Ok(Ok(()))) => tracing::info!("drained; every run in flight was answered"),
             Ok(Ok(Err(e))) => tracing::error!(error = %e, "RPC server ended with an error"),
@@ -319,6 +322,24 @@ pub async fn start(cfg: Config) -> Result<RunningDaemon, StartError> {
             return Err(StartError::Hardened(v));
         }
     }
+    if !cfg.grants.is_empty() {
+        for p in cfg.grants.open_to_every_caller() {
+            tracing::warn!(
+                profile = p,
+                "grant profile is open to every caller (allowed_callers [\"*\"])"
+            );
+        }
+        if !facts.supports_grants {
+            tracing::warn!(provider = %facts.name, "PLIMSOLL_GRANTS_FILE is set but this provider offers no grants; granted requests are refused as unsupported");
+        }
+        // The credentials now live in this process. Code running as the same user (the
+        // process tier has no wall) could otherwise read them from /proc/<pid>/environ or
+        // /proc/<pid>/mem; a non-dumpable process refuses both to anyone but root.
+        if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+            tracing::warn!(error = %e, "could not mark plimsolld non-dumpable; same-user code may read its memory");
+        }
+        tracing::info!(profiles = ?cfg.grants.names(), "grant profiles loaded");
+    }
     let tls = read_tls(&cfg)?;
     let metrics = Arc::new(Metrics::default());
     let draining = Arc::new(AtomicBool::new(false));
@@ -329,7 +350,8 @@ pub async fn start(cfg: Config) -> Result<RunningDaemon, StartError> {
         cfg.resources,
         draining.clone(),
         metrics.clone(),
-    );
+    )
+    .with_grants(cfg.grants.clone());
     let auth = Authenticator::new(cfg.auth.clone(), metrics.clone());
     let svc = SandboxServiceServer::new(service)
         // The codec refuses anything over 8 MiB as a marked request refusal; tonic's own

@@ -30,6 +30,7 @@ pub struct Service {
     resources: Resources,
     draining: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
+    grants: plimsoll_grants::Grants,
 }
 
 impl Service {
@@ -50,8 +51,23 @@ impl Service {
             resources,
             draining,
             metrics,
+            grants: plimsoll_grants::Grants::empty(),
         }
     }
+
+    /// The grant profiles runs may name (none by default: every grant is refused).
+    pub fn with_grants(mut self, grants: plimsoll_grants::Grants) -> Self {
+        self.grants = grants;
+        self
+    }
+}
+
+/// The one refusal for a profile that does not exist and one the caller may not use, so a
+/// caller cannot probe which profiles exist.
+fn grant_unavailable(profile: &str) -> Refusal {
+    Refusal::permission(format!(
+        "grant profile {profile:?} is not available to this caller"
+    ))
 }
 
 fn unix_ms_now() -> i64 {
@@ -79,7 +95,11 @@ fn principal_of<T>(req: &Request<T>) -> Result<Principal, Refusal> {
 }
 
 impl Service {
-    fn checks(&self, req: &pb::RunRequest) -> Result<(Work, Duration), Refusal> {
+    fn checks(
+        &self,
+        caller: &Principal,
+        req: &pb::RunRequest,
+    ) -> Result<(Work, Duration, Option<plimsoll_grants::RunGrant>), Refusal> {
         Refusal::check_protocol(req.protocol, PROTOCOL)?;
         let env = validate::validate_run(req)?;
         let facts = self.provider.facts();
@@ -110,12 +130,22 @@ impl Service {
             Work::Javascript(js) => &js.grant_profile,
             Work::Project(p) => &p.grant_profile,
         };
-        if !profile.is_empty() {
+        let grant = if profile.is_empty() {
+            None
+        } else {
             // Unknown and not-allowed profiles share one message, so a caller cannot probe names.
-            return Err(Refusal::permission(format!(
-                "grant profile {profile:?} is not available to this caller"
-            )));
-        }
+            let grant = self
+                .grants
+                .grant(profile, &caller.id)
+                .ok_or_else(|| grant_unavailable(profile))?;
+            if !facts.supports_grants {
+                return Err(Refusal::unsupported(format!(
+                    "the {} provider does not offer grants",
+                    facts.name
+                )));
+            }
+            Some(grant)
+        };
         if !tier.meets(env.floor) {
             return Err(Refusal::isolation(format!(
                 "the request's floor is {} and the {} provider runs at {}; nothing ran",
@@ -144,7 +174,7 @@ impl Service {
             .timeout_ms
             .map_or(self.default_timeout, |ms| Duration::from_millis(ms.into()))
             .min(ceiling);
-        Ok((work, timeout))
+        Ok((work, timeout, grant))
     }
 
     async fn run_checked(
@@ -162,7 +192,7 @@ impl Service {
                 detail = %r.message, "run refused, nothing ran");
             r.to_status()
         };
-        let (work, timeout) = self.checks(req).map_err(refuse)?;
+        let (work, timeout, grant) = self.checks(caller, req).map_err(refuse)?;
         let _permit = self.admission.clone().try_acquire_owned().map_err(|_| {
             refuse(Refusal::capacity(format!(
                 "{} runs are in flight, the daemon's limit (SANDBOX_MAX_CONCURRENT); retry later",
@@ -170,17 +200,32 @@ impl Service {
             )))
         })?;
         self.metrics.inflight(1);
-        let outcome = self.provider.run(work, timeout).await;
+        let outcome = match &grant {
+            None => self.provider.run(work, timeout).await,
+            Some(g) => self.provider.run_granted(work, timeout, g.clone()).await,
+        };
+        // The broker's trace: route templates, statuses and counts only.
+        let (grant_profile, grant_trace) =
+            grant.as_ref().map_or((String::new(), String::new()), |g| {
+                (g.profile_name().to_owned(), g.trace().summary())
+            });
         self.metrics.inflight(-1);
         let elapsed_ms = t0.elapsed().as_millis() as i64;
         let facts = self.provider.facts();
         let answer = match outcome {
             Ok(a) => a,
-            Err(ProviderError::Refused(r)) => return Err(refuse(r)),
+            Err(ProviderError::Refused(r)) => {
+                if !grant_profile.is_empty() {
+                    tracing::info!(target: "plimsoll::audit", caller = %caller.id, op = kind, trace_id,
+                        grant = %grant_profile, grant_trace = %grant_trace, "grant calls of a refused run");
+                }
+                return Err(refuse(r));
+            }
             Err(ProviderError::Failed(msg)) => {
                 self.metrics.failed();
                 tracing::error!(target: "plimsoll::audit", caller = %caller.id, op = kind, trace_id, provider = %facts.name,
-                    duration_ms = elapsed_ms, error = %msg, "run failed after dispatch; the code may have run");
+                    duration_ms = elapsed_ms, error = %msg, grant = %grant_profile, grant_trace = %grant_trace,
+                    "run failed after dispatch; the code may have run");
                 return Err(Status::internal(format!(
                     "the run failed after dispatch and the code may have run: {msg}"
                 )));
@@ -231,7 +276,8 @@ impl Service {
         };
         tracing::info!(target: "plimsoll::audit", caller = %caller.id, op = kind, trace_id, provider = %facts.name,
             isolation = tier, outcome, exit_code, duration_ms = elapsed_ms, request_sha256 = %rec.request_sha256,
-            result_sha256 = %rec.result_sha256, record_sha256 = %rec.record_sha256, "run answered");
+            result_sha256 = %rec.result_sha256, record_sha256 = %rec.record_sha256, grant = %grant_profile,
+            grant_trace = %grant_trace, "run answered");
         Ok(resp)
     }
 
@@ -247,6 +293,10 @@ impl Service {
             sandbox: f.name.clone(),
             isolation: f.tier.map_or("none", |t| t.as_str()).to_owned(),
             supports_project: f.supports_project,
+            supports_javascript_grants: f.supports_grants && !self.grants.is_empty(),
+            supports_project_grants: f.supports_grants
+                && f.supports_project
+                && !self.grants.is_empty(),
             protocol: PROTOCOL,
             javascript_environment: Some(env.clone()),
             project_environment: f.supports_project.then_some(env),

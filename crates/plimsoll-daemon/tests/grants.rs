@@ -468,9 +468,9 @@ async fn grant_limits_are_enforced_in_a_run() {
 
 #[tokio::test]
 async fn unknown_and_forbidden_profiles_get_the_same_refusal_and_run_nothing() {
-    let f = daemon(&format!(
-        r#"{{"theirs":{{"base_url":"http://UPSTREAM","routes":["GET /v1/items/{{id}}"],"allowed_callers":["other"]}}}}"#
-    ))
+    let f = daemon(
+        r#"{"theirs":{"base_url":"http://UPSTREAM","routes":["GET /v1/items/{id}"],"allowed_callers":["other"]}}"#,
+    )
     .await;
     let marker = f._dir.path().join("marker");
     let code = format!(

@@ -27,7 +27,7 @@ pub const GUEST_USER: &str = "61000:61000";
 /// Where the per-run host directory (sandboxd's socket) is mounted in the container.
 pub const CHANNEL_DIR: &str = "/run/plimsoll";
 /// sandboxd's socket, inside [`CHANNEL_DIR`].
-pub const SOCKET_NAME: &str = "sandboxd.sock";
+pub const SOCKET_NAME: &str = "sd.sock";
 /// The per-run token file, inside [`CHANNEL_DIR`] until sandboxd has read it.
 pub const TOKEN_NAME: &str = "token";
 /// sandboxd inside the image.

@@ -89,9 +89,14 @@ fn start_err(message: impl Into<String>) -> ProviderStartError {
     }
 }
 
+/// A run's id (its label and its directory's name): 64 random bits, kept short because the
+/// directory holds sandboxd's Unix socket and a socket path must fit in `sun_path`.
 fn random_hex() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
+    hex::encode(rand::random::<[u8; 8]>())
 }
+
+/// The longest Unix socket path Linux accepts (`sun_path` is 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
 
 /// Connects to the engine's Unix socket (not yet contacted).
 pub fn connect(socket: &Path) -> Result<Docker, String> {
@@ -100,7 +105,12 @@ pub fn connect(socket: &Path) -> Result<Docker, String> {
         engine::API_TIMEOUT_S,
         bollard::API_DEFAULT_VERSION,
     )
-    .map_err(|e| format!("DOCKER_HOST: cannot use unix://{}: {e}", socket.display()))
+    .map_err(|e| {
+        format!(
+            "DOCKER_HOST: cannot reach the Docker engine at unix://{}: {e}; start dockerd or point DOCKER_HOST at its socket",
+            socket.display()
+        )
+    })
 }
 
 impl DockerProvider {
@@ -145,6 +155,18 @@ impl DockerProvider {
                 cfg.state_dir.display()
             ))
         })?;
+        let longest = instance
+            .dir()
+            .join(random_hex())
+            .join(SOCKET_NAME)
+            .as_os_str()
+            .len();
+        if longest > MAX_SOCKET_PATH {
+            return Err(start_err(format!(
+                "PLIMSOLL_STATE_DIR: {} is too long: each run's sandboxd socket would need a {longest}-byte path, and Linux allows {MAX_SOCKET_PATH}; choose a shorter directory",
+                cfg.state_dir.display()
+            )));
+        }
         Ok(DockerProvider {
             inner: Arc::new(Inner {
                 cfg,

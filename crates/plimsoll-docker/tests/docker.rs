@@ -338,6 +338,7 @@ async fn a_deadline_kills_the_container() {
     // The provider's own deadline: a container that stops answering (paused here) is killed
     // at the deadline plus the grace, and the run fails as "may have run".
     let inst = p.instance_id().to_owned();
+    let runs_dir = dir.path().join("docker").join("instances").join(&inst);
     let d2 = d.clone();
     let pauser = tokio::spawn(async move {
         for _ in 0..500 {
@@ -346,9 +347,22 @@ async fn a_deadline_kills_the_container() {
                 .unwrap()
                 .first()
             {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                d2.pause_container(id).await.unwrap();
-                return true;
+                // Pause only once the run's program is up: sandboxd has opened its socket
+                // (its startup language probe, which also runs node, is over) and node
+                // runs. Pausing a container that is still starting would test the
+                // start-up timeout instead.
+                let socket_open = walk_has(&runs_dir, plimsoll_docker::engine::SOCKET_NAME);
+                let running = socket_open
+                    && d2
+                        .top_processes(id, None::<bollard::query_parameters::TopOptions>)
+                        .await
+                        .ok()
+                        .and_then(|t| t.processes)
+                        .is_some_and(|ps| ps.iter().flatten().any(|c| c.contains("node")));
+                if running {
+                    d2.pause_container(id).await.unwrap();
+                    return true;
+                }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -515,7 +529,11 @@ async fn a_missing_engine_is_a_clear_startup_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.docker_host = Some("unix:///nonexistent/plimsoll/docker.sock".into());
-    let e = DockerProvider::new(c).unwrap().start().await.unwrap_err();
+    // bollard checks that the socket exists when the client is made; either step may say so.
+    let e = match DockerProvider::new(c) {
+        Ok(p) => p.start().await.unwrap_err(),
+        Err(e) => e,
+    };
     assert_eq!(e.provider, "docker");
     assert!(e.message.contains("cannot reach the Docker engine"), "{e}");
     assert!(
@@ -723,8 +741,16 @@ async fn plimsolld_serves_javascript_python_and_shell_from_docker() {
 
     let instance = only_instance(&state.join("docker"));
     daemon.shutdown().await;
-    // Dropping the provider removed its pool.
-    assert!(labelled(&d, &instance).await.is_empty());
+    // Dropping the provider removes its pool, from a thread of its own: wait for it.
+    let mut left = labelled(&d, &instance).await;
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        left = labelled(&d, &instance).await;
+    }
+    assert!(left.is_empty(), "containers left behind: {left:?}");
 }
 
 #[tokio::test]
@@ -751,6 +777,17 @@ async fn plimsolld_refuses_to_start_on_a_missing_engine() {
 }
 
 /// The one instance id recorded in a provider state directory.
+/// Whether a file named `name` exists anywhere under `dir`.
+fn walk_has(dir: &Path, name: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|e| {
+        let p = e.path();
+        e.file_name() == name || (p.is_dir() && walk_has(&p, name))
+    })
+}
+
 fn only_instance(state: &Path) -> String {
     let locks: Vec<String> = std::fs::read_dir(state.join("instances"))
         .unwrap()
@@ -816,7 +853,8 @@ fn spawn_daemon(state: &Path, pool: &str) -> Daemon {
     let mut lines = std::io::BufReader::new(out).lines();
     loop {
         match lines.next() {
-            Some(Ok(l)) if l.starts_with("READY ") => break,
+            // The test harness may print "test daemon_process ... " on the same line.
+            Some(Ok(l)) if l.contains("READY ") => break,
             Some(Ok(_)) => continue,
             other => panic!("the daemon process ended before serving: {other:?}"),
         }

@@ -28,6 +28,10 @@ pub struct Facts {
     pub max_timeout_ms: u32,
     /// Verified sandbox policy digest, or empty.
     pub policy: String,
+    /// Whether runs can carry a grant: the provider implements [`Provider::run_granted`] and
+    /// its runs reach the broker's relay without the credential entering the wall. `false`
+    /// (the default) makes plimsolld refuse granted requests marked `unsupported`.
+    pub supports_grants: bool,
 }
 
 /// A payload the daemon admitted.
@@ -81,4 +85,27 @@ pub trait Provider: Send + Sync {
     async fn ready(&self) -> bool;
     /// Runs one admitted payload under `timeout`.
     async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError>;
+    /// Runs one admitted payload whose request named a grant profile the caller may use.
+    /// The provider opens the run's relay with `grant` in the way its wall allows
+    /// ([`plimsoll_grants::RunGrant::open_loopback`] or
+    /// [`plimsoll_grants::RunGrant::open_unix`]), gives the run the relay's variables
+    /// ([`plimsoll_grants::Relay::env`]), and closes the relay when the run ends; the daemon
+    /// reads the grant's trace afterwards.
+    ///
+    /// Called only when [`Facts::supports_grants`] is true. The default refuses, marked
+    /// `unsupported`, so providers without grants need not implement it.
+    async fn run_granted(
+        &self,
+        work: Work,
+        timeout: Duration,
+        grant: plimsoll_grants::RunGrant,
+    ) -> Result<Answer, ProviderError> {
+        let _ = (work, timeout);
+        Err(Refusal::unsupported(format!(
+            "the {} provider does not offer grants (profile {:?})",
+            self.facts().name,
+            grant.profile_name()
+        ))
+        .into())
+    }
 }

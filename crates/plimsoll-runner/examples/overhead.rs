@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use plimsoll_core::pb;
-use plimsoll_runner::{Limits, RunEnv, Runner, RunnerConfig};
+use plimsoll_runner::{processes_with_tag, Limits, RunEnv, Runner, RunnerConfig};
 use tokio::process::Command;
 use tokio::time::Instant;
 
@@ -81,5 +81,12 @@ async fn main() {
         ms(b),
         ms(b) - ms(a)
     );
+    let mut scans = Vec::new();
+    for _ in 0..rounds {
+        let s = Instant::now();
+        processes_with_tag("0000");
+        scans.push(s.elapsed());
+    }
+    println!("one /proc scan {:7.2} ms", ms(median(scans)));
     let _ = std::fs::remove_dir_all(root);
 }

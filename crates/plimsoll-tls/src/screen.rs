@@ -104,6 +104,7 @@ pub fn describe_server_error(e: &rustls::Error) -> String {
     use rustls::{Error as E, PeerIncompatible as PI};
     match e {
         E::PeerIncompatible(PI::SupportedVersionsExtensionRequired)
+        | E::PeerIncompatible(PI::Tls12NotOfferedOrEnabled)
         | E::PeerIncompatible(PI::Tls13RequiredForQuic) => {
             "client does not offer TLS 1.3 (alert protocol_version)".into()
         }

@@ -1,0 +1,261 @@
+//! `cargo xtask bench agentsandbox`: claim-to-result latency of the agent-sandbox provider
+//! through the fake Kubernetes API server (`plimsoll_agentsandbox::fake`), split into the
+//! phases plimsolld pays for: claim wait (create the SandboxClaim, poll until Ready), TLS
+//! connect (TCP, TLS 1.3 handshake, HTTP/2 channel) and run (the sandboxd call). Deleting
+//! the claim is timed as well: plimsolld deletes it before it answers, so it is part of the
+//! total.
+//!
+//! Pods are real `plimsoll-sandboxd-tls` + `plimsoll-sandboxd` pairs (release builds) on
+//! loopback addresses; the fake keeps a warm pool and every measured run waits until it is
+//! refilled, so the claim wait shows plimsolld's API round trips and polling, not the fake
+//! controller's pod start. The baseline, measured in the same run, is the same payload sent
+//! to a pod over an already-open TLS channel: what a run costs with no claim and no dial.
+//!
+//! The provider code runs inside xtask (dev profile, dependencies at opt-level 1), the pods
+//! are release builds. A measurement, never an assertion.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use plimsoll_agentsandbox::fake::{FakeCluster, FakeClusterOptions};
+use plimsoll_agentsandbox::AgentSandboxProvider;
+use plimsoll_core::pb;
+use plimsoll_core::sandboxd_pb::{execute_request, ExecuteRequest};
+use plimsoll_provider::{Provider, Work};
+
+const USAGE: &str = "\
+usage: cargo xtask bench agentsandbox [--runs N] [--warmup N] [--payload js|shell] [--no-build]
+  --runs N        measured runs (default 50)
+  --warmup N      unmeasured runs first (default 5)
+  --payload P     js: `0` as JavaScript; shell: a project with the one step `true` (default shell)
+  --no-build      use target/release/plimsoll-sandboxd{,-tls} as they are";
+
+struct Options {
+    runs: usize,
+    warmup: usize,
+    js: bool,
+    build: bool,
+}
+
+fn parse(args: &[&str]) -> anyhow::Result<Option<Options>> {
+    let mut o = Options {
+        runs: 50,
+        warmup: 5,
+        js: false,
+        build: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .copied()
+                .with_context(|| format!("{name} needs a value\n{USAGE}"))
+        };
+        match *a {
+            "--runs" => o.runs = value(a)?.parse()?,
+            "--warmup" => o.warmup = value(a)?.parse()?,
+            "--payload" => {
+                o.js = match value(a)? {
+                    "js" => true,
+                    "shell" => false,
+                    other => bail!("--payload {other:?}: use js or shell"),
+                }
+            }
+            "--no-build" => o.build = false,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    ensure!(o.runs > 0, "--runs must be at least 1");
+    Ok(Some(o))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The p-th percentile (0..=100) of samples in milliseconds, nearest rank.
+fn pct(samples: &[f64], p: f64) -> f64 {
+    let mut v = samples.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
+    v[rank.min(v.len()) - 1]
+}
+
+fn work(js: bool) -> Work {
+    if js {
+        Work::Javascript(pb::JavaScriptRun {
+            code: "0".into(),
+            grant_profile: String::new(),
+        })
+    } else {
+        Work::Project(pb::ProjectRun {
+            steps: vec!["true".into()],
+            ..Default::default()
+        })
+    }
+}
+
+/// Runs the benchmark and prints its table.
+pub fn run(args: &[&str]) -> anyhow::Result<()> {
+    let Some(opts) = parse(args)? else {
+        return Ok(());
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("xtask has no parent directory")?
+        .to_path_buf();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    if opts.build {
+        eprintln!("bench: cargo build --release -p plimsoll-sandboxd -p plimsoll-sandboxd-tls");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "-p",
+                "plimsoll-sandboxd",
+                "-p",
+                "plimsoll-sandboxd-tls",
+            ])
+            .arg("--target-dir")
+            .arg(&target)
+            .current_dir(&root)
+            .status()
+            .context("running cargo build")?;
+        ensure!(
+            status.success(),
+            "cargo build of the sandboxd binaries failed"
+        );
+    }
+    let bin_dir = target.join("release");
+    for b in ["plimsoll-sandboxd", "plimsoll-sandboxd-tls"] {
+        ensure!(
+            bin_dir.join(b).is_file(),
+            "{} is missing; run without --no-build",
+            bin_dir.join(b).display()
+        );
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    rt.block_on(measure(opts, bin_dir))
+}
+
+async fn measure(opts: Options, bin_dir: PathBuf) -> anyhow::Result<()> {
+    let mut o = FakeClusterOptions::conforming(bin_dir);
+    o.warm = 2;
+    let cluster = FakeCluster::start(o)
+        .await
+        .context("starting the fake cluster")?;
+    let provider = AgentSandboxProvider::new(cluster.provider_config())?;
+    let t = Instant::now();
+    provider.start().await?;
+    let startup = t.elapsed();
+    let timeout = Duration::from_secs(30);
+
+    let (mut wait, mut tls, mut run, mut del, mut total) = (vec![], vec![], vec![], vec![], vec![]);
+    for i in 0..opts.warmup + opts.runs {
+        ensure!(
+            cluster.wait_warm().await,
+            "the fake warm pool did not refill"
+        );
+        let t = Instant::now();
+        let (out, ph) = provider.run_timed(work(opts.js), timeout).await;
+        let elapsed = t.elapsed();
+        out.map_err(|e| anyhow::anyhow!("run {i} failed: {e}"))?;
+        if i < opts.warmup {
+            continue;
+        }
+        wait.push(ms(ph.claim_wait.context("no claim wait")?));
+        tls.push(ms(ph.tls_connect.context("no TLS connect")?));
+        run.push(ms(ph.run.context("no run")?));
+        del.push(ms(ph.delete.context("no delete")?));
+        total.push(ms(elapsed));
+    }
+
+    // Baseline: the same payload on an open TLS channel to one pod.
+    let addr = cluster.standalone_pod().await?;
+    let cfg = cluster.provider_config();
+    let client_tls = plimsoll_tls::ClientTls::from_ca_file(&cfg.ca_file, &cfg.server_name)?;
+    let token = plimsoll_sandboxd::Token::read_file(&cfg.token_file)?;
+    let client = plimsoll_sandboxd::SandboxdClient::connect_tls(&client_tls, addr, &token).await?;
+    let payload = match work(opts.js) {
+        Work::Javascript(j) => execute_request::Payload::Javascript(j),
+        Work::Project(p) => execute_request::Payload::Project(p),
+    };
+    let mut base = vec![];
+    for i in 0..opts.warmup + opts.runs {
+        let req = ExecuteRequest {
+            timeout_ms: 30_000,
+            payload: Some(payload.clone()),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        client.execute(req).await?;
+        if i >= opts.warmup {
+            base.push(ms(t.elapsed()));
+        }
+    }
+    let counts = cluster.counts();
+    cluster.shutdown().await;
+
+    let row = |name: &str, v: &[f64]| {
+        println!(
+            "{name:<34} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+            pct(v, 50.0),
+            pct(v, 90.0),
+            pct(v, 0.0),
+            pct(v, 100.0)
+        );
+    };
+    println!(
+        "\nagentsandbox through the fake API server: {} runs ({} payload), startup with smoke test {:.0} ms",
+        opts.runs,
+        if opts.js { "javascript `0`" } else { "project `true`" },
+        ms(startup)
+    );
+    println!(
+        "{:<34} {:>8} {:>8} {:>8} {:>8}",
+        "phase (ms)", "p50", "p90", "min", "max"
+    );
+    row("claim wait (create + poll Ready)", &wait);
+    row("TLS connect (TCP + TLS 1.3 + h2)", &tls);
+    row("run (sandboxd call)", &run);
+    row("delete claim", &del);
+    row("claim-to-result, total", &total);
+    row("baseline: run on an open channel", &base);
+    let overhead = pct(&total, 50.0) - pct(&base, 50.0);
+    println!(
+        "plimsolld's own overhead per run (p50 total - p50 baseline): {overhead:.2} ms; total/baseline = {:.1}x",
+        pct(&total, 50.0) / pct(&base, 50.0)
+    );
+    println!(
+        "claims created {}, deleted {}, left {}; pods started {}",
+        counts.created, counts.deleted, counts.live, counts.pods_started
+    );
+    ensure!(counts.created == counts.deleted, "a claim was left behind");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v = [5.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(pct(&v, 50.0), 3.0);
+        assert_eq!(pct(&v, 0.0), 1.0);
+        assert_eq!(pct(&v, 100.0), 5.0);
+        assert_eq!(pct(&v, 90.0), 5.0);
+    }
+}

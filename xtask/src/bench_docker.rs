@@ -1,0 +1,371 @@
+//! `cargo xtask bench docker`: run latency of plimsolld with the Docker provider, with and
+//! without the warm pool, against `docker run --rm IMAGE true` through the Docker CLI with
+//! the same image, all in one run.
+//!
+//! It makes sure the sandbox image is built (`cargo xtask images`, cached), builds plimsolld
+//! in release mode, and starts it twice as a separate process: once with
+//! `SANDBOX_DOCKER_POOL` and once without. Each measured run is a project with the one step
+//! `true`, timed by the caller around the gRPC call. Runs against the pool are spaced so the
+//! pool has refilled (a pool drained by back-to-back runs measures cold starts, which the
+//! no-pool figure already shows).
+//!
+//! Targets: with the pool at least 5× faster than `docker run`; without it at most 1.2×
+//! `docker run`. A missed target is reported, never an error.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use plimsoll_core::pb::run_request::Payload;
+use plimsoll_core::pb::run_response::Result as RunResult;
+use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
+use plimsoll_core::pb::{self};
+use tonic::transport::Channel;
+
+/// Pool at least this many times faster than `docker run`.
+const TARGET_POOL_SPEEDUP: f64 = 5.0;
+/// No pool at most this many times `docker run`.
+const TARGET_COLD_RATIO: f64 = 1.2;
+
+const USAGE: &str = "\
+usage: cargo xtask bench docker [--iterations N] [--pool P] [--gap-ms MS] [--no-build]
+  --iterations N  measured runs of each kind (default 20)
+  --pool P        SANDBOX_DOCKER_POOL of the pooled daemon (default 2)
+  --gap-ms MS     pause between pooled runs so the pool refills (default 1500)
+  --no-build      use target/release/plimsolld and plimsoll/sandbox:latest as they are";
+
+struct Options {
+    iterations: usize,
+    pool: usize,
+    gap: Duration,
+    build: bool,
+}
+
+fn parse(args: &[String]) -> Result<Option<Options>> {
+    let mut o = Options {
+        iterations: 20,
+        pool: 2,
+        gap: Duration::from_millis(1500),
+        build: true,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .map(String::as_str)
+                .with_context(|| format!("{name} needs a value\n{USAGE}"))
+        };
+        match a.as_str() {
+            "--iterations" => o.iterations = value(a)?.parse()?,
+            "--pool" => o.pool = value(a)?.parse()?,
+            "--gap-ms" => o.gap = Duration::from_millis(value(a)?.parse()?),
+            "--no-build" => o.build = false,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(None);
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    ensure!(o.iterations >= 3, "--iterations must be at least 3");
+    ensure!(o.pool >= 1, "--pool must be at least 1");
+    Ok(Some(o))
+}
+
+/// `cargo xtask bench docker …`.
+pub fn run(args: &[String]) -> Result<()> {
+    let Some(opts) = parse(args)? else {
+        return Ok(());
+    };
+    let root = crate::dist::workspace_root();
+    let image = if opts.build {
+        crate::images::build(&[])?
+            .context("images built nothing")?
+            .sandbox_id
+    } else {
+        crate::images::image_id("plimsoll/sandbox:latest")
+            .context("plimsoll/sandbox:latest is missing; run `cargo xtask images`")?
+    };
+    if opts.build {
+        eprintln!("bench: cargo build --release -p plimsolld");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--release", "-p", "plimsolld"])
+            .current_dir(&root)
+            .status()
+            .context("running cargo build")?;
+        ensure!(
+            status.success(),
+            "cargo build --release -p plimsolld failed"
+        );
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target.join("release/plimsolld");
+    ensure!(
+        bin.is_file(),
+        "{} is missing; run without --no-build",
+        bin.display()
+    );
+    let tmp = tempfile::tempdir().context("creating a temporary directory")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+
+    // docker run --rm IMAGE true, through the CLI.
+    eprintln!(
+        "bench: docker run --rm {image} true ×{}",
+        opts.iterations + 2
+    );
+    let mut cli = Vec::new();
+    for i in 0..opts.iterations + 2 {
+        let t0 = Instant::now();
+        let st = Command::new("docker")
+            .args(["run", "--rm", "--network", "none", &image, "true"])
+            .stdout(Stdio::null())
+            .status()
+            .context("running docker run")?;
+        ensure!(st.success(), "docker run --rm {image} true failed: {st}");
+        if i >= 2 {
+            cli.push(ms(t0.elapsed()));
+        }
+    }
+
+    let cold = {
+        let mut d = Daemon::spawn(&bin, &image, 0, &tmp.path().join("cold"))?;
+        let r = rt.block_on(measure(d.addr, opts.iterations, Duration::ZERO));
+        d.stop();
+        r?
+    };
+    let pooled = {
+        let mut d = Daemon::spawn(&bin, &image, opts.pool, &tmp.path().join("pool"))?;
+        // Let the pool fill before the first run.
+        std::thread::sleep(opts.gap * opts.pool as u32);
+        let r = rt.block_on(measure(d.addr, opts.iterations, opts.gap));
+        d.stop();
+        r?
+    };
+
+    let (m_cli, m_cold, m_pool) = (median(&cli), median(&cold), median(&pooled));
+    let speedup = m_cli / m_pool;
+    let cold_ratio = m_cold / m_cli;
+    println!();
+    println!(
+        "bench docker: image {image}, {} runs each (project step `true`), medians:",
+        opts.iterations
+    );
+    println!(
+        "  docker run --rm IMAGE true (CLI)      {m_cli:8.1} ms   (p90 {:.1})",
+        quantile(&cli, 0.9)
+    );
+    println!(
+        "  plimsolld, no pool                    {m_cold:8.1} ms   (p90 {:.1})",
+        quantile(&cold, 0.9)
+    );
+    println!(
+        "  plimsolld, warm pool of {}             {m_pool:8.1} ms   (p90 {:.1})",
+        opts.pool,
+        quantile(&pooled, 0.9)
+    );
+    println!(
+        "  pool speed-up over docker run: {speedup:.1}x (target >= {TARGET_POOL_SPEEDUP}x) {}",
+        verdict(speedup >= TARGET_POOL_SPEEDUP)
+    );
+    println!(
+        "  no pool vs docker run: {cold_ratio:.2}x (target <= {TARGET_COLD_RATIO}x) {}",
+        verdict(cold_ratio <= TARGET_COLD_RATIO)
+    );
+    Ok(())
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "MET"
+    } else {
+        "MISSED"
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn median(v: &[f64]) -> f64 {
+    quantile(v, 0.5)
+}
+
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[((s.len() - 1) as f64 * q).round() as usize]
+}
+
+fn project_true() -> pb::RunRequest {
+    pb::RunRequest {
+        protocol: 5,
+        timeout_ms: 30_000,
+        payload: Some(Payload::Project(pb::ProjectRun {
+            files: vec![],
+            steps: vec!["true".into()],
+            artifacts: vec![],
+            grant_profile: String::new(),
+        })),
+        ..Default::default()
+    }
+}
+
+async fn measure(addr: SocketAddr, n: usize, gap: Duration) -> Result<Vec<f64>> {
+    let mut client: SandboxServiceClient<Channel> =
+        SandboxServiceClient::connect(format!("http://{addr}")).await?;
+    let mut out = Vec::new();
+    // Two unmeasured runs first.
+    for i in 0..n + 2 {
+        if !gap.is_zero() {
+            tokio::time::sleep(gap).await;
+        }
+        let req = project_true();
+        let t0 = Instant::now();
+        let resp = client.run(req.clone()).await?.into_inner();
+        let took = ms(t0.elapsed());
+        plimsoll_core::check::check_answer(&req, &resp)?;
+        let Some(RunResult::Project(p)) = resp.result else {
+            bail!("no project result");
+        };
+        ensure!(
+            p.outcome == pb::ProjectOutcome::Completed as i32,
+            "the run did not complete: {p:?}"
+        );
+        if i >= 2 {
+            out.push(took);
+        }
+    }
+    Ok(out)
+}
+
+/// plimsolld with the Docker provider, as a child process.
+struct Daemon {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Daemon {
+    fn spawn(bin: &Path, image: &str, pool: usize, state: &Path) -> Result<Daemon> {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--log-format").arg("json");
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if k.starts_with("PLIMSOLL_") || k.starts_with("SANDBOX_") {
+                cmd.env_remove(k.as_ref());
+            }
+        }
+        cmd.env("SANDBOX_PROVIDER", "docker")
+            .env("SANDBOX_DOCKER_IMAGE", image)
+            .env("SANDBOX_DOCKER_POOL", pool.to_string())
+            .env("PLIMSOLL_INSECURE", "1")
+            .env("PLIMSOLL_ADDR", "127.0.0.1:0")
+            .env("PLIMSOLL_METRICS_ADDR", "off")
+            .env("PLIMSOLL_STATE_DIR", state)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let stderr = child.stderr.take().context("plimsolld stderr")?;
+        let (tx, rx) = mpsc::channel::<std::result::Result<SocketAddr, String>>();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            let mut tail = Vec::new();
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = serving_addr(&line) {
+                    if let Some(t) = tx.take() {
+                        let _ = t.send(Ok(addr));
+                    }
+                }
+                if tx.is_some() {
+                    tail.push(line);
+                }
+            }
+            if let Some(t) = tx.take() {
+                let _ = t.send(Err(tail.join("\n")));
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(Ok(addr)) => {
+                eprintln!("bench: plimsolld (pool {pool}) serving on {addr}");
+                Ok(Daemon { child, addr })
+            }
+            Ok(Err(log)) => {
+                let _ = child.wait();
+                bail!("plimsolld exited before serving:\n{log}")
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("plimsolld did not serve within 120 s")
+            }
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after 20 s.
+    fn stop(&mut self) {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+fn serving_addr(line: &str) -> Option<SocketAddr> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v.get("message")?.as_str()? != "serving" {
+        return None;
+    }
+    v.get("addr")?.as_str()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_and_options() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(quantile(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.9), 5.0);
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let o = parse(&args(&["--iterations", "5", "--pool", "3", "--no-build"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.iterations, o.pool, o.build), (5, 3, false));
+        assert!(parse(&args(&["--iterations", "1"])).is_err());
+        assert!(parse(&args(&["--help"])).unwrap().is_none());
+    }
+}

@@ -1,0 +1,525 @@
+//! `cargo xtask bench scan`: the ship scan on a generated image of at least 1 GiB.
+//!
+//! It generates incompressible (from /dev/urandom) and compressible (text) files, plants
+//! withheld values in a few (one inside a gzip file), builds a `docker save` archive by hand
+//! (no registry, no pulls), `docker load`s it, and measures in one run:
+//! - the baseline: `plimsoll-withheld stream-baseline IMAGE` streams the engine's export and
+//!   decompresses its layers and reads every tar entry, without matching;
+//! - the scan: `plimsoll-withheld scan-image -set SET IMAGE` (the ratio to the baseline,
+//!   target at most 1.3x), and its peak RSS (VmHWM of the child, sampled from /proc every
+//!   10 ms; target at most 64 MiB);
+//! - the scan of the saved archive file (no engine);
+//! - as a peer figure, `detect-secrets scan --all-files` on the same files, extracted.
+//!
+//! Rounds alternate baseline and scan after a warm-up export, and the best of each is kept.
+//! Everything it creates (files, archive, image) is removed at the end unless `--keep`.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+
+const USAGE: &str = "\
+usage: cargo xtask bench scan [--size-mib N] [--rounds N] [--no-build] [--keep]
+  --size-mib N   bytes of files in the image, in MiB (default 1100, at least 1024)
+  --rounds N     baseline/scan pairs after the warm-up (default 2)
+  --no-build     use target/release/plimsoll-withheld as it is
+  --keep         keep the generated files, archive and image";
+
+const CANARY_A: &[u8] = b"bench-canary-A-3b1f9e77c2"; // 25 bytes, in a random file
+const CANARY_B: &[u8] = b"bench-canary-B-value-0123456789abcdefXYZ"; // 40, in text and .gz
+const CANARY_C: &[u8] = b"bench-canary-C-never-planted-0000000000000000000000000000000000000000000000000000000000000000000000"; // 100
+
+struct Options {
+    size_mib: u64,
+    rounds: u32,
+    build: bool,
+    keep: bool,
+}
+
+fn parse(args: &[&str]) -> anyhow::Result<Options> {
+    let mut o = Options {
+        size_mib: 1100,
+        rounds: 2,
+        build: true,
+        keep: false,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match *a {
+            "--size-mib" => o.size_mib = it.next().context(USAGE)?.parse().context(USAGE)?,
+            "--rounds" => o.rounds = it.next().context(USAGE)?.parse().context(USAGE)?,
+            "--no-build" => o.build = false,
+            "--keep" => o.keep = true,
+            _ => bail!("unknown argument {a:?}\n{USAGE}"),
+        }
+    }
+    ensure!(
+        o.size_mib >= 1024,
+        "--size-mib must be at least 1024\n{USAGE}"
+    );
+    ensure!(o.rounds >= 1, "--rounds must be at least 1");
+    Ok(o)
+}
+
+fn sh(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    ensure!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn sha256_file(p: &Path) -> anyhow::Result<String> {
+    let out = sh(Command::new("sha256sum").arg(p))?;
+    Ok(out
+        .split_whitespace()
+        .next()
+        .context("sha256sum output")?
+        .to_owned())
+}
+
+fn sha256_bytes(dir: &Path, b: &[u8]) -> anyhow::Result<String> {
+    let p = dir.join(".sha-input");
+    std::fs::write(&p, b)?;
+    let h = sha256_file(&p);
+    std::fs::remove_file(&p)?;
+    h
+}
+
+/// A ustar header for a regular file with a short name.
+fn tar_header(name: &str, size: u64) -> [u8; 512] {
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    h[100..108].copy_from_slice(b"0000644\0");
+    h[108..116].copy_from_slice(b"0000000\0");
+    h[116..124].copy_from_slice(b"0000000\0");
+    h[124..136].copy_from_slice(format!("{size:011o}\0").as_bytes());
+    h[136..148].copy_from_slice(b"00000000000\0");
+    h[156] = b'0';
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    h
+}
+
+/// Appends `name` with the content of `src` to a tar being written.
+fn tar_append(out: &mut impl Write, name: &str, src: &Path) -> anyhow::Result<u64> {
+    let size = std::fs::metadata(src)?.len();
+    out.write_all(&tar_header(name, size))?;
+    let n = std::io::copy(&mut File::open(src)?, out)?;
+    ensure!(n == size, "{} changed while archiving", src.display());
+    let pad = (512 - size % 512) % 512;
+    out.write_all(&vec![0u8; pad as usize])?;
+    Ok(size)
+}
+
+fn text_block(seed: u64, len: usize) -> Vec<u8> {
+    let words = [
+        "config",
+        "server",
+        "timeout",
+        "retries",
+        "region",
+        "bucket",
+        "replica",
+        "shard",
+        "window",
+        "budget",
+        "latency",
+        "token_ttl",
+    ];
+    let mut out = Vec::with_capacity(len + 128);
+    let mut x = seed | 1;
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let w = words[(x % words.len() as u64) as usize];
+        let line = format!(
+            "{w}_{:06} = {} # entry {}\n",
+            x % 1_000_000,
+            (x >> 20) % 100_000,
+            x % 977
+        );
+        out.extend_from_slice(line.as_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+struct Generated {
+    files_dir: PathBuf,
+    archive: PathBuf,
+    set: PathBuf,
+    tag: String,
+    bytes: u64,
+}
+
+/// Generates the files, two layer tars (written straight into the archive), the config and
+/// manifest, and the withheld set.
+fn generate(work: &Path, size_mib: u64, bin: &Path) -> anyhow::Result<Generated> {
+    let files_dir = work.join("files");
+    std::fs::create_dir_all(&files_dir)?;
+    let total = size_mib << 20;
+    let mut urandom = File::open("/dev/urandom").context("/dev/urandom")?;
+    let mut names: Vec<String> = Vec::new();
+    let mut written = 0u64;
+    let mut i = 0u64;
+    let mut buf = vec![0u8; 8 << 20];
+    eprintln!("bench: generating {size_mib} MiB of files");
+    while written < total {
+        let (name, content): (String, Vec<u8>) = if i.is_multiple_of(2) {
+            urandom.read_exact(&mut buf)?;
+            if i == 10 {
+                buf[3_000_001..3_000_001 + CANARY_A.len()].copy_from_slice(CANARY_A);
+            }
+            (format!("r{i:05}.bin"), buf.clone())
+        } else {
+            let mut t = text_block(i, 4 << 20);
+            if i == 11 {
+                t[1_000_000..1_000_000 + CANARY_B.len()].copy_from_slice(CANARY_B);
+            }
+            (format!("t{i:05}.txt"), t)
+        };
+        std::fs::write(files_dir.join(&name), &content)?;
+        written += content.len() as u64;
+        names.push(name);
+        i += 1;
+    }
+    // A few compressed copies of text files (nested decoding), one holding canary B.
+    for n in ["t00011.txt", "t00013.txt", "t00015.txt", "t00017.txt"] {
+        sh(Command::new("gzip")
+            .args(["-k", "-6", "-f"])
+            .arg(files_dir.join(n)))?;
+        let gz = format!("{n}.gz");
+        written += std::fs::metadata(files_dir.join(&gz))?.len();
+        names.push(gz);
+    }
+
+    // The withheld set, built with the CLI as a release pipeline would.
+    let set = work.join("withheld.json");
+    for (id, v) in [
+        ("canary-a", CANARY_A),
+        ("canary-b", CANARY_B),
+        ("canary-c", CANARY_C),
+    ] {
+        let vf = work.join(format!("{id}.value"));
+        std::fs::write(&vf, v)?;
+        sh(Command::new(bin)
+            .args(["add", "-set"])
+            .arg(&set)
+            .args(["-id", id, "-mode", "refuse", "-value-file"])
+            .arg(&vf))?;
+        std::fs::remove_file(&vf)?;
+    }
+    sh(Command::new(bin)
+        .args(["add", "-set"])
+        .arg(&set)
+        .args(["-id", "answer-file", "-mode", "audit", "-file"])
+        .arg(files_dir.join("t00013.txt")))?;
+
+    // Two layers, half the files each, then the docker save archive.
+    eprintln!("bench: building the image archive");
+    let half = names.len() / 2;
+    let mut layer_paths = Vec::new();
+    for (n, part) in [&names[..half], &names[half..]].iter().enumerate() {
+        let lp = work.join(format!("layer{n}.tar"));
+        let mut w = BufWriter::with_capacity(1 << 20, File::create(&lp)?);
+        for name in part.iter() {
+            tar_append(&mut w, &format!("data/{name}"), &files_dir.join(name))?;
+        }
+        w.write_all(&[0u8; 1024])?;
+        w.flush()?;
+        layer_paths.push(lp);
+    }
+    let diff_ids: Vec<String> = layer_paths
+        .iter()
+        .map(|p| sha256_file(p).map(|h| format!("sha256:{h}")))
+        .collect::<anyhow::Result<_>>()?;
+    let tag = format!("plimsoll-bench-scan:{}", std::process::id());
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": { "Labels": { "io.plimsoll.bench": tag } },
+        "rootfs": { "type": "layers", "diff_ids": diff_ids },
+    }))?;
+    let config_hex = sha256_bytes(work, &config)?;
+    let archive = work.join("image.tar");
+    {
+        let mut w = BufWriter::with_capacity(1 << 20, File::create(&archive)?);
+        let mut layers = Vec::new();
+        for (lp, d) in layer_paths.iter().zip(&diff_ids) {
+            let name = format!("{}/layer.tar", &d["sha256:".len()..]);
+            tar_append(&mut w, &name, lp)?;
+            layers.push(name);
+        }
+        let cfg = work.join("config.json");
+        std::fs::write(&cfg, &config)?;
+        tar_append(&mut w, &format!("{config_hex}.json"), &cfg)?;
+        let manifest = work.join("manifest.json");
+        std::fs::write(
+            &manifest,
+            serde_json::to_vec(&serde_json::json!([{
+                "Config": format!("{config_hex}.json"), "RepoTags": [tag], "Layers": layers,
+            }]))?,
+        )?;
+        tar_append(&mut w, "manifest.json", &manifest)?;
+        w.write_all(&[0u8; 1024])?;
+        w.flush()?;
+    }
+    for lp in &layer_paths {
+        std::fs::remove_file(lp)?;
+    }
+    Ok(Generated {
+        files_dir,
+        archive,
+        set,
+        tag,
+        bytes: written,
+    })
+}
+
+struct Measure {
+    wall: Duration,
+    peak_kib: u64,
+    code: i32,
+    stdout: String,
+}
+
+fn vm_hwm(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Runs a command, timing it and sampling its peak RSS until it exits.
+fn measure(cmd: &mut Command) -> anyhow::Result<Measure> {
+    let out_path = std::env::temp_dir().join(format!("bench-scan-out-{}", std::process::id()));
+    let start = Instant::now();
+    let mut child = cmd
+        .stdout(File::create(&out_path)?)
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let pid = child.id();
+    let mut peak = 0;
+    let status = loop {
+        if let Some(k) = vm_hwm(pid) {
+            peak = peak.max(k);
+        }
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let wall = start.elapsed();
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&out_path);
+    Ok(Measure {
+        wall,
+        peak_kib: peak,
+        code: status.code().unwrap_or(-1),
+        stdout,
+    })
+}
+
+fn best(ms: &[Measure]) -> &Measure {
+    ms.iter()
+        .min_by_key(|m| m.wall)
+        .expect("at least one round")
+}
+
+fn mib_s(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / (1 << 20) as f64 / d.as_secs_f64()
+}
+
+pub fn run(args: &[&str]) -> anyhow::Result<()> {
+    let o = parse(args)?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("workspace root")?
+        .to_path_buf();
+    if o.build {
+        eprintln!("bench: cargo build --release -p plimsoll-withheld-bin");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .args(["build", "--release", "-p", "plimsoll-withheld-bin"])
+            .current_dir(&root)
+            .status()?;
+        ensure!(
+            st.success(),
+            "cargo build --release -p plimsoll-withheld-bin failed"
+        );
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target.join("release/plimsoll-withheld");
+    ensure!(bin.exists(), "{} is missing", bin.display());
+    sh(Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]))
+        .context("bench scan needs a Docker engine")?;
+
+    let work = tempfile::Builder::new().prefix("bench-scan-").tempdir()?;
+    let g = generate(work.path(), o.size_mib, &bin)?;
+    let archive_size = std::fs::metadata(&g.archive)?.len();
+    eprintln!("bench: docker load ({} MiB archive)", archive_size >> 20);
+    sh(Command::new("docker").arg("load").arg("-i").arg(&g.archive))?;
+    let result = measure_all(&o, &bin, &g, archive_size);
+    if !o.keep {
+        let _ = Command::new("docker").args(["rmi", "-f", &g.tag]).output();
+    } else {
+        eprintln!("bench: kept {} and image {}", work.path().display(), g.tag);
+        let _ = work.keep();
+    }
+    result
+}
+
+fn measure_all(o: &Options, bin: &Path, g: &Generated, archive_size: u64) -> anyhow::Result<()> {
+    let baseline = |_: ()| measure(Command::new(bin).args(["stream-baseline", &g.tag]));
+    let scan = |_: ()| {
+        measure(
+            Command::new(bin)
+                .args(["scan-image", "-set"])
+                .arg(&g.set)
+                .args(["-format", "json", &g.tag]),
+        )
+    };
+    eprintln!("bench: warm-up export");
+    let warm = baseline(())?;
+    ensure!(
+        warm.code == 0,
+        "stream-baseline failed (exit {})",
+        warm.code
+    );
+    let mut bs = Vec::new();
+    let mut ss = Vec::new();
+    for r in 0..o.rounds {
+        eprintln!("bench: round {} of {}", r + 1, o.rounds);
+        bs.push(baseline(())?);
+        ss.push(scan(())?);
+    }
+    let s = best(&ss);
+    ensure!(
+        s.code == 1,
+        "the scan should refuse (planted canaries), exit {}",
+        s.code
+    );
+    let report: serde_json::Value = serde_json::from_str(&s.stdout).context("scan JSON")?;
+    let finds = report["images"][0]["findings"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0);
+    let ids: Vec<String> = report["images"][0]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["entry_id"].as_str().map(str::to_owned))
+        .collect();
+    ensure!(
+        ids.iter().any(|i| i == "canary-a")
+            && ids.iter().any(|i| i == "canary-b")
+            && ids.iter().any(|i| i == "answer-file"),
+        "the scan missed a planted value: {ids:?}"
+    );
+    let b = best(&bs);
+    eprintln!("bench: scan of the saved archive file");
+    let file_scan = measure(
+        Command::new(bin)
+            .args(["scan-image", "-set"])
+            .arg(&g.set)
+            .args(["-format", "json"])
+            .arg(format!("docker-archive:{}", g.archive.display())),
+    )?;
+    eprintln!("bench: detect-secrets on the extracted files");
+    let ds = detect_secrets(&g.files_dir);
+
+    let ratio = s.wall.as_secs_f64() / b.wall.as_secs_f64();
+    println!(
+        "ship scan benchmark: {} MiB of files ({} MiB export), {} rounds, best of each",
+        g.bytes >> 20,
+        archive_size >> 20,
+        o.rounds
+    );
+    println!(
+        "{:<48} {:>10} {:>10} {:>12}",
+        "", "seconds", "MiB/s", "peak RSS MiB"
+    );
+    let row = |name: &str, m: &Measure| {
+        println!(
+            "{:<48} {:>10.2} {:>10.0} {:>12.1}",
+            name,
+            m.wall.as_secs_f64(),
+            mib_s(archive_size, m.wall),
+            m.peak_kib as f64 / 1024.0
+        );
+    };
+    row("baseline: stream export + decompress, no match", b);
+    row("scan-image (engine export)", s);
+    row("scan-image (saved archive file)", &file_scan);
+    match &ds {
+        Ok(m) => row("detect-secrets scan --all-files (files)", m),
+        Err(e) => println!(
+            "{:<48} not measured: {e}",
+            "detect-secrets scan --all-files (files)"
+        ),
+    }
+    println!(
+        "scan/baseline time ratio: {ratio:.2}x (target <= 1.3x): {}",
+        if ratio <= 1.3 { "met" } else { "NOT met" }
+    );
+    let peak_mib = s.peak_kib as f64 / 1024.0;
+    println!(
+        "scan peak RSS: {peak_mib:.1} MiB (target <= 64 MiB): {}",
+        if peak_mib <= 64.0 { "met" } else { "NOT met" }
+    );
+    println!("findings in the scan: {finds} ({})", ids.join(", "));
+    Ok(())
+}
+
+fn detect_secrets(files: &Path) -> anyhow::Result<Measure> {
+    let probe = Command::new("detect-secrets").arg("--version").output();
+    ensure!(
+        probe.map(|o| o.status.success()).unwrap_or(false),
+        "detect-secrets is not installed (pip install detect-secrets)"
+    );
+    let m = measure(
+        Command::new("detect-secrets")
+            .args(["scan", "--all-files"])
+            .current_dir(files),
+    )?;
+    ensure!(m.code == 0, "detect-secrets exited {}", m.code);
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_checksum_and_size_fields() {
+        let h = tar_header("data/x", 1234);
+        assert_eq!(&h[124..136], b"00000002322\0");
+        let stored = std::str::from_utf8(&h[148..154]).unwrap();
+        let mut c = h;
+        c[148..156].copy_from_slice(b"        ");
+        let sum: u32 = c.iter().map(|&b| u32::from(b)).sum();
+        assert_eq!(u32::from_str_radix(stored, 8).unwrap(), sum);
+    }
+
+    #[test]
+    fn options_need_a_gibibyte() {
+        assert!(parse(&["--size-mib", "100"]).is_err());
+        assert_eq!(parse(&[]).unwrap().size_mib, 1100);
+    }
+}
