@@ -114,14 +114,14 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
     if opts.build {
-        eprintln!("bench: cargo build --release -p plimsoll-sandboxd -p plimsoll-sandboxd-tls");
+        eprintln!("bench: cargo build --release -p plimsoll-sandboxd-bin -p plimsoll-sandboxd-tls");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
             .args([
                 "build",
                 "--release",
                 "-p",
-                "plimsoll-sandboxd",
+                "plimsoll-sandboxd-bin",
                 "-p",
                 "plimsoll-sandboxd-tls",
             ])

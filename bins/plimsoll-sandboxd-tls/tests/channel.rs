@@ -154,7 +154,7 @@ fn end_to_end_execute_through_the_terminator() {
         assert_eq!(p.steps[0].stdout, b"through-the-wall\n");
         assert_eq!(p.steps[0].exit_code, 0);
     });
-    assert_eq!(pod.sandboxd_calls(), 2);
+    pod.expect_sandboxd_calls(2);
 }
 
 #[test]
@@ -198,7 +198,7 @@ fn pod_certificate_from_another_ca_is_refused_and_sandboxd_receives_nothing() {
             .unwrap();
         c.health().await.unwrap();
     });
-    assert_eq!(pod.sandboxd_calls(), 1);
+    pod.expect_sandboxd_calls(1);
 }
 
 #[test]
@@ -307,8 +307,8 @@ fn a_ca_file_with_old_and_new_ca_accepts_both_pods() {
             c.health().await.unwrap();
         }
     });
-    assert_eq!(pod_old.sandboxd_calls(), 1);
-    assert_eq!(pod_new.sandboxd_calls(), 1);
+    pod_old.expect_sandboxd_calls(1);
+    pod_new.expect_sandboxd_calls(1);
 }
 
 #[test]

@@ -272,6 +272,16 @@ impl Pod {
         self.proc.count("sandboxd call received")
     }
 
+    /// Waits until sandboxd has logged `n` calls (its log is read by another thread, so a
+    /// line may trail the answer), then checks there are exactly `n`.
+    pub fn expect_sandboxd_calls(&self, n: usize) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.sandboxd_calls() < n && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(self.sandboxd_calls(), n, "{:?}", self.proc.log());
+    }
+
     pub fn sandboxd_pid(&self) -> i32 {
         let line = self.proc.wait_line("started sandboxd (pid ");
         let rest = &line[line.find("started sandboxd (pid ").unwrap() + 22..];
