@@ -122,7 +122,10 @@ fn main() -> ExitCode {
     if let Err(e) = CertDir::open(&cfg.cert_dir) {
         return fail(2, format!("{}: {e}", env::DIR));
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: a byte pump gains nothing from a second worker on a pod's small CPU share,
+    // and cross-thread wake-ups add latency to every round trip (`cargo xtask bench
+    // sandboxd-tls` measures it).
+    let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
