@@ -58,9 +58,41 @@ struct Flags {
     /// After SIGTERM, how long calls in flight may take before sandboxd exits, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_name = "MS")]
     shutdown_grace_ms: u64,
+    /// Languages to report without proving them at startup, comma-separated
+    /// (`javascript,python,shell`, or `none`), for a caller that proved them on this same
+    /// image (the Docker provider's smoke test); unset proves them, which costs a node and a
+    /// python3 start before sandboxd listens.
+    #[arg(long, value_name = "LIST", value_parser = parse_languages)]
+    languages: Option<Languages>,
     /// Log format: `text` or `json` [default: text on a terminal, json otherwise].
     #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
     log_format: Option<String>,
+}
+
+/// The languages sandboxd can run; `--languages` accepts only these.
+const KNOWN_LANGUAGES: [&str; 3] = ["javascript", "python", "shell"];
+
+/// The value of `--languages` (a newtype, so clap takes one value, not a list of values).
+#[derive(Debug, Clone)]
+struct Languages(Vec<String>);
+
+fn parse_languages(v: &str) -> Result<Languages, String> {
+    if v.trim() == "none" {
+        return Ok(Languages(Vec::new()));
+    }
+    let mut out = Vec::new();
+    for l in v.split(',').map(str::trim) {
+        if !KNOWN_LANGUAGES.contains(&l) {
+            return Err(format!(
+                "{l:?} is not a language sandboxd runs; use a comma-separated subset of {} or `none`",
+                KNOWN_LANGUAGES.join(",")
+            ));
+        }
+        if !out.iter().any(|o| o == l) {
+            out.push(l.to_owned());
+        }
+    }
+    Ok(Languages(out))
 }
 
 fn usage_error(flag: &str, msg: impl std::fmt::Display) -> ExitCode {
@@ -155,8 +187,17 @@ async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
     if let Auth::Tokens(f) = &auth {
         f.spawn_refresh(Duration::from_secs(2));
     }
-    let service = SandboxdService::new(runner).await;
-    tracing::info!("languages proven: [{}]", service.languages().join(", "));
+    let service = match flags.languages.clone() {
+        Some(Languages(given)) => {
+            tracing::info!("languages given by the caller: [{}]", given.join(", "));
+            SandboxdService::with_languages(runner, given)
+        }
+        None => {
+            let s = SandboxdService::new(runner).await;
+            tracing::info!("languages proven: [{}]", s.languages().join(", "));
+            s
+        }
+    };
     let route = service.into_server(auth);
     let grace = Duration::from_millis(flags.shutdown_grace_ms);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

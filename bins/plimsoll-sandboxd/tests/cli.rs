@@ -43,6 +43,7 @@ fn conflicting_flags_are_usage_errors() {
         &["--unix-socket", "/tmp/x.sock", "--grpc-port", "1"][..],
         &["--insecure-no-token", "--token-file", "/t"][..],
         &["--grpc-port", "seventy"][..],
+        &["--insecure-no-token", "--languages", "javascript,cobol"][..],
     ] {
         let out = bin().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
@@ -127,4 +128,57 @@ fn serves_on_a_unix_socket_with_the_token_and_stops_on_sigterm() {
         all.iter().chain(lines.iter()).all(|l| !l.contains(TOKEN)),
         "the token appeared in the log"
     );
+}
+
+#[test]
+fn given_languages_are_reported_without_a_proof() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let sock = dir.path().join("sd.sock");
+    let mut child = bin()
+        .arg("--unix-socket")
+        .arg(&sock)
+        .arg("--token-file")
+        .arg(&token_file)
+        .arg("--root-dir")
+        .arg(dir.path().join("runs"))
+        .args(["--languages", "shell,python", "--log-format=json"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut lines: Vec<String> = Vec::new();
+    while !lines.iter().any(|l| l.contains("listening on unix:")) {
+        let l = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("sandboxd never said it was listening");
+        lines.push(l);
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("languages given by the caller")),
+        "{lines:?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("languages proven")),
+        "{lines:?}"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let c = SandboxdClient::connect_unix(&sock, &Token::new(TOKEN).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(c.health().await.unwrap().languages, ["shell", "python"]);
+    });
+    let _ = child.kill();
+    let _ = child.wait();
 }

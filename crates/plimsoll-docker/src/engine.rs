@@ -59,6 +59,10 @@ pub struct Spec<'a> {
     pub default_timeout_ms: u64,
     /// Bytes kept per output stream per program.
     pub output_bytes: usize,
+    /// Languages the startup smoke test proved on this same image ID, handed to sandboxd so
+    /// it need not prove them again in every container; `None` (the smoke test itself)
+    /// makes sandboxd prove them.
+    pub languages: Option<&'a [String]>,
 }
 
 /// The container name for a run id.
@@ -108,6 +112,15 @@ pub fn container_body(s: &Spec<'_>) -> ContainerCreateBody {
         "--log-format".to_owned(),
         "json".to_owned(),
     ];
+    let mut cmd = cmd;
+    if let Some(langs) = s.languages {
+        cmd.push("--languages".to_owned());
+        cmd.push(if langs.is_empty() {
+            "none".to_owned()
+        } else {
+            langs.join(",")
+        });
+    }
     ContainerCreateBody {
         image: Some(s.image_id.to_owned()),
         entrypoint: Some(vec![SANDBOXD_PATH.to_owned()]),

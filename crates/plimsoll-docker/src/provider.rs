@@ -275,6 +275,7 @@ impl Inner {
             host_dir: dir,
             default_timeout_ms: self.cfg.default_timeout.as_millis() as u64,
             output_bytes: self.cfg.output_bytes,
+            languages: self.proven.get().map(|p| p.languages.as_slice()),
         }
     }
 
