@@ -316,6 +316,7 @@ mod tests {
             host_dir: dir,
             default_timeout_ms: 30_000,
             output_bytes: 1000,
+            languages: None,
         }
     }
 
@@ -385,5 +386,21 @@ mod tests {
             .iter()
             .any(|o| o.starts_with("seccomp={")));
         assert_eq!(h.runtime.as_deref(), Some("runsc"));
+    }
+
+    #[test]
+    fn proven_languages_are_handed_to_sandboxd_only_after_the_smoke_test() {
+        let dir = Path::new("/d");
+        let mut s = spec(dir);
+        let cmd = container_body(&s).cmd.unwrap();
+        assert!(!cmd.iter().any(|a| a == "--languages"), "{cmd:?}");
+        let proven = vec!["javascript".to_owned(), "shell".to_owned()];
+        s.languages = Some(&proven);
+        let cmd = container_body(&s).cmd.unwrap();
+        let i = cmd.iter().position(|a| a == "--languages").unwrap();
+        assert_eq!(cmd[i + 1], "javascript,shell");
+        s.languages = Some(&[]);
+        let cmd = container_body(&s).cmd.unwrap();
+        assert_eq!(cmd.last().map(String::as_str), Some("none"));
     }
 }
