@@ -27,7 +27,8 @@ usage: cargo xtask bench scan [--size-mib N] [--rounds N] [--no-build] [--keep]
   --size-mib N   bytes of files in the image, in MiB (default 1100, at least 1024)
   --rounds N     baseline/scan pairs after the warm-up (default 2)
   --no-build     use target/release/plimsoll-withheld as it is
-  --keep         keep the generated files, archive and image";
+  --keep         keep the generated files, archive and image
+  --no-peer      skip the detect-secrets peer figure (it takes minutes per GiB)";
 
 const CANARY_A: &[u8] = b"bench-canary-A-3b1f9e77c2"; // 25 bytes, in a random file
 const CANARY_B: &[u8] = b"bench-canary-B-value-0123456789abcdefXYZ"; // 40, in text and .gz
@@ -38,6 +39,7 @@ struct Options {
     rounds: u32,
     build: bool,
     keep: bool,
+    peer: bool,
 }
 
 fn parse(args: &[&str]) -> anyhow::Result<Options> {
@@ -46,6 +48,7 @@ fn parse(args: &[&str]) -> anyhow::Result<Options> {
         rounds: 2,
         build: true,
         keep: false,
+        peer: true,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -54,6 +57,7 @@ fn parse(args: &[&str]) -> anyhow::Result<Options> {
             "--rounds" => o.rounds = it.next().context(USAGE)?.parse().context(USAGE)?,
             "--no-build" => o.build = false,
             "--keep" => o.keep = true,
+            "--no-peer" => o.peer = false,
             _ => bail!("unknown argument {a:?}\n{USAGE}"),
         }
     }
@@ -441,8 +445,12 @@ fn measure_all(o: &Options, bin: &Path, g: &Generated, archive_size: u64) -> any
             .args(["-format", "json"])
             .arg(format!("docker-archive:{}", g.archive.display())),
     )?;
-    eprintln!("bench: detect-secrets on the extracted files");
-    let ds = detect_secrets(&g.files_dir);
+    let ds = if o.peer {
+        eprintln!("bench: detect-secrets on the extracted files");
+        detect_secrets(&g.files_dir)
+    } else {
+        Err(anyhow::anyhow!("skipped (--no-peer)"))
+    };
 
     let ratio = s.wall.as_secs_f64() / b.wall.as_secs_f64();
     println!(
