@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::config::{DockerConfig, Limits, Runtime, Seccomp};
-use crate::engine::{self, Spec, LABEL_INSTANCE, SOCKET_NAME, TOKEN_NAME};
+use crate::engine::{self, Spec, CHANNEL_DIR, LABEL_INSTANCE, SOCKET_NAME, TOKEN_NAME};
 use crate::evidence;
 use crate::state::{make_removable, Instance};
 
@@ -97,6 +97,59 @@ fn random_hex() -> String {
 
 /// The longest Unix socket path Linux accepts (`sun_path` is 108 bytes with its NUL).
 const MAX_SOCKET_PATH: usize = 107;
+
+/// A granted run's relay socket, beside sandboxd's in the run directory (so inside the
+/// container at [`CHANNEL_DIR`]). No longer than [`SOCKET_NAME`], so the `sun_path` check
+/// in [`DockerProvider::new`] covers it too.
+pub const GRANT_SOCKET_NAME: &str = "g.sock";
+const _: () = assert!(GRANT_SOCKET_NAME.len() <= SOCKET_NAME.len());
+
+/// Opens a granted run's relay on a Unix socket in the run's host directory `dir` (mounted
+/// at [`CHANNEL_DIR`]) and writes the clients beside it. Returns the relay and the run's
+/// variables, with container paths. Nothing has run when this fails.
+async fn open_grant(
+    dir: &Path,
+    grant: &plimsoll_grants::RunGrant,
+) -> Result<(plimsoll_grants::Relay, Vec<(String, String)>), String> {
+    use plimsoll_grants::{client, env_names};
+    client::write(dir)
+        .map_err(|e| format!("cannot write the grant clients in {}: {e}", dir.display()))?;
+    let sock = dir.join(GRANT_SOCKET_NAME);
+    let relay = grant
+        .open_unix(&sock)
+        .await
+        .map_err(|e| format!("cannot open the grant relay at {}: {e}", sock.display()))?;
+    // The container's user is not the daemon's: it needs write permission to connect. The
+    // directory itself stays locked (0755), so it can create nothing there.
+    if let Err(e) = std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)) {
+        relay.close().await;
+        return Err(format!(
+            "cannot open {} to the container's user: {e}",
+            sock.display()
+        ));
+    }
+    let inside = format!("{CHANNEL_DIR}/{GRANT_SOCKET_NAME}");
+    let mut vars: Vec<(String, String)> = relay
+        .env()
+        .into_iter()
+        .map(|(k, v)| {
+            if k == env_names::SOCKET {
+                (k, inside.clone())
+            } else {
+                (k, v)
+            }
+        })
+        .collect();
+    vars.push((
+        env_names::JS.into(),
+        format!("{CHANNEL_DIR}/{}", client::JS_NAME),
+    ));
+    vars.push((
+        env_names::PY.into(),
+        format!("{CHANNEL_DIR}/{}", client::PY_NAME),
+    ));
+    Ok((relay, vars))
+}
 
 /// Connects to the engine's Unix socket (not yet contacted).
 pub fn connect(socket: &Path) -> Result<Docker, String> {
@@ -239,7 +292,7 @@ impl DockerProvider {
         timeout: Duration,
         env: Vec<(String, String)>,
     ) -> Result<Answer, ProviderError> {
-        self.inner.run(work, timeout, env).await
+        self.inner.run(work, timeout, env, None).await
     }
 
     /// Stops the warm pool and removes every container this provider still has; the
@@ -426,6 +479,7 @@ impl Inner {
         work: Work,
         timeout: Duration,
         env: Vec<(String, String)>,
+        grant: Option<plimsoll_grants::RunGrant>,
     ) -> Result<Answer, ProviderError> {
         let Some(proven) = self.proven.get().cloned() else {
             return Err(Refusal::environment(
@@ -449,7 +503,7 @@ impl Inner {
             }
             Work::Project(p) => execute_request::Payload::Project(p),
         };
-        let req = ExecuteRequest {
+        let mut req = ExecuteRequest {
             timeout_ms: timeout.as_millis().min(u128::from(u32::MAX)) as u32,
             env: env
                 .into_iter()
@@ -495,8 +549,30 @@ impl Inner {
                 }
             }
         };
+        // The run's relay opens in its own directory, once the container is chosen.
+        let relay = match &grant {
+            None => None,
+            Some(g) => match open_grant(&warm.dir, g).await {
+                Ok((relay, vars)) => {
+                    req.env
+                        .extend(vars.into_iter().map(|(name, value)| EnvVar { name, value }));
+                    Some(relay)
+                }
+                Err(e) => {
+                    self.discard_later(warm);
+                    return Err(Refusal::environment(format!(
+                        "the docker provider could not prepare the run's grant: {e}; nothing ran"
+                    ))
+                    .into());
+                }
+            },
+        };
         let outcome = tokio::time::timeout(timeout + DEADLINE_GRACE, client.execute(req)).await;
         drop(client);
+        // The grant ends with the run.
+        if let Some(relay) = relay {
+            relay.close().await;
+        }
         match outcome {
             Err(_) => {
                 // sandboxd did not answer: the container is killed before the run is answered.
@@ -782,9 +858,9 @@ impl Provider for DockerProvider {
             supports_project: true,
             max_timeout_ms: plimsoll_core::validate::MAX_TIMEOUT_MS,
             policy: p.map(|p| p.policy.clone()).unwrap_or_default(),
-            // Grants are not yet relayed into containers; granted requests are refused
-            // marked `unsupported` (docs/grants.md).
-            supports_grants: false,
+            // Each granted run gets its relay on a per-run Unix socket mounted into its
+            // container (`run_granted`, docs/grants.md).
+            supports_grants: true,
         }
     }
 
@@ -832,7 +908,37 @@ impl Provider for DockerProvider {
     }
 
     async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError> {
-        self.inner.run(work, timeout, Vec::new()).await
+        self.inner.run(work, timeout, Vec::new(), None).await
+    }
+
+    /// The relay is a Unix socket (`g.sock`) in the run's host directory, which the
+    /// container sees at `/run/plimsoll` (it has no network; this socket is its one way out,
+    /// and it leads only to the broker). The clients are written beside it and named by
+    /// `PLIMSOLL_GRANT_JS` / `PLIMSOLL_GRANT_PY`; `PLIMSOLL_GRANT_SOCKET` names the
+    /// container's path. A project also gets the clients at the top of its working
+    /// directory (unless it brings files of those names). The relay closes when the run ends.
+    async fn run_granted(
+        &self,
+        work: Work,
+        timeout: Duration,
+        grant: plimsoll_grants::RunGrant,
+    ) -> Result<Answer, ProviderError> {
+        use plimsoll_grants::client;
+        let work = match work {
+            Work::Project(mut p) => {
+                for (name, text) in [(client::JS_NAME, client::JS), (client::PY_NAME, client::PY)] {
+                    if !p.files.iter().any(|f| f.path == name) {
+                        p.files.push(pb::ProjectFile {
+                            path: name.into(),
+                            content: text.into(),
+                        });
+                    }
+                }
+                Work::Project(p)
+            }
+            other => other,
+        };
+        self.inner.run(work, timeout, Vec::new(), Some(grant)).await
     }
 }
 
