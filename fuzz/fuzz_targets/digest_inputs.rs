@@ -86,7 +86,8 @@ fn properties(req: &pb::RunRequest, resp: &mut pb::RunResponse, policy: &str, st
 
     // Proto3 JSON: what `plimsoll record digest` and auditors in other languages read.
     if let Ok(json) = serde_json::to_string(&*resp) {
-        let back: pb::RunResponse = serde_json::from_str(&json).expect("own JSON parses");
+        let back: pb::RunResponse = serde_json::from_str(&json)
+            .unwrap_or_else(|e| panic!("own JSON does not parse: {e}: {json}"));
         assert_eq!(
             digest::result_digest(&back),
             sd,
@@ -95,7 +96,8 @@ fn properties(req: &pb::RunRequest, resp: &mut pb::RunResponse, policy: &str, st
         assert_eq!(check_answer(req, &back).is_ok(), meets, "JSON round trip changed the verdict");
     }
     if let Ok(json) = serde_json::to_string(req) {
-        let back: pb::RunRequest = serde_json::from_str(&json).expect("own JSON parses");
+        let back: pb::RunRequest = serde_json::from_str(&json)
+            .unwrap_or_else(|e| panic!("own JSON does not parse: {e}: {json}"));
         assert_eq!(
             digest::request_digest(&back),
             rd,
