@@ -14,8 +14,7 @@
 //! The provider code runs inside xtask (dev profile, dependencies at opt-level 1), the pods
 //! are release builds. A measurement, never an assertion.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
@@ -106,43 +105,13 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
     let Some(opts) = parse(args)? else {
         return Ok(());
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("xtask has no parent directory")?
-        .to_path_buf();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
     if opts.build {
-        eprintln!("bench: cargo build --release -p plimsoll-sandboxd-bin -p plimsoll-sandboxd-tls");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "plimsoll-sandboxd-bin",
-                "-p",
-                "plimsoll-sandboxd-tls",
-            ])
-            .arg("--target-dir")
-            .arg(&target)
-            .current_dir(&root)
-            .status()
-            .context("running cargo build")?;
-        ensure!(
-            status.success(),
-            "cargo build of the sandboxd binaries failed"
-        );
+        crate::dist::build_release(&["plimsoll-sandboxd-bin", "plimsoll-sandboxd-tls"])?;
     }
-    let bin_dir = target.join("release");
     for b in ["plimsoll-sandboxd", "plimsoll-sandboxd-tls"] {
-        ensure!(
-            bin_dir.join(b).is_file(),
-            "{} is missing; run without --no-build",
-            bin_dir.join(b).display()
-        );
+        crate::dist::release_bin(b)?;
     }
+    let bin_dir = crate::dist::target_dir().join("release");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

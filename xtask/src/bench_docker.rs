@@ -14,7 +14,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -81,7 +81,6 @@ pub fn run(args: &[String]) -> Result<()> {
     let Some(opts) = parse(args)? else {
         return Ok(());
     };
-    let root = crate::dist::workspace_root();
     let image = if opts.build {
         crate::images::build(&[])?
             .context("images built nothing")?
@@ -91,27 +90,9 @@ pub fn run(args: &[String]) -> Result<()> {
             .context("plimsoll/sandbox:latest is missing; run `cargo xtask images`")?
     };
     if opts.build {
-        eprintln!("bench: cargo build --release -p plimsolld");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--release", "-p", "plimsolld"])
-            .current_dir(&root)
-            .status()
-            .context("running cargo build")?;
-        ensure!(
-            status.success(),
-            "cargo build --release -p plimsolld failed"
-        );
+        crate::dist::build_release(&["plimsolld"])?;
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let bin = target.join("release/plimsolld");
-    ensure!(
-        bin.is_file(),
-        "{} is missing; run without --no-build",
-        bin.display()
-    );
+    let bin = crate::dist::release_bin("plimsolld")?;
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

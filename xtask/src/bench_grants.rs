@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -78,32 +78,10 @@ fn parse(args: &[&str]) -> anyhow::Result<Options> {
 /// Runs the benchmark and prints its figures.
 pub fn run(args: &[&str]) -> anyhow::Result<()> {
     let opts = parse(args)?;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("xtask has no parent directory")?
-        .to_path_buf();
     if opts.build {
-        eprintln!("bench: cargo build --release -p plimsoll-specgen");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--release", "-p", "plimsoll-specgen"])
-            .current_dir(&root)
-            .status()
-            .context("running cargo build")?;
-        ensure!(
-            status.success(),
-            "cargo build --release -p plimsoll-specgen failed"
-        );
+        crate::dist::build_release(&["plimsoll-specgen"])?;
     }
-    let bin = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"))
-        .join("release/plimsoll-specgen");
-    ensure!(
-        bin.is_file(),
-        "{} is missing; run without --no-build",
-        bin.display()
-    );
+    let bin = crate::dist::release_bin("plimsoll-specgen")?;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!(

@@ -103,29 +103,13 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
         println!("{USAGE}");
         return Ok(());
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("xtask has no parent directory")?
-        .to_path_buf();
     if opts.build {
-        eprintln!("bench: cargo build --release -p plimsolld");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--release", "-p", "plimsolld"])
-            .current_dir(&root)
-            .status()
-            .context("running cargo build")?;
-        ensure!(
-            status.success(),
-            "cargo build --release -p plimsolld failed"
-        );
+        crate::dist::build_release(&["plimsolld"])?;
     }
-    let bin = opts.binary.clone().unwrap_or_else(|| {
-        std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"))
-            .join("release/plimsolld")
-    });
+    let bin = match opts.binary.clone() {
+        Some(b) => b,
+        None => crate::dist::release_bin("plimsolld")?,
+    };
     ensure!(
         bin.is_file(),
         "{} is missing; run without --no-build",

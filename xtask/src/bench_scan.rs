@@ -350,27 +350,10 @@ fn mib_s(bytes: u64, d: Duration) -> f64 {
 
 pub fn run(args: &[&str]) -> anyhow::Result<()> {
     let o = parse(args)?;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("workspace root")?
-        .to_path_buf();
     if o.build {
-        eprintln!("bench: cargo build --release -p plimsoll-withheld-bin");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .args(["build", "--release", "-p", "plimsoll-withheld-bin"])
-            .current_dir(&root)
-            .status()?;
-        ensure!(
-            st.success(),
-            "cargo build --release -p plimsoll-withheld-bin failed"
-        );
+        crate::dist::build_release(&["plimsoll-withheld-bin"])?;
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let bin = target.join("release/plimsoll-withheld");
-    ensure!(bin.exists(), "{} is missing", bin.display());
+    let bin = crate::dist::release_bin("plimsoll-withheld")?;
     sh(Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]))
         .context("bench scan needs a Docker engine")?;
 

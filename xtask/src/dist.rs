@@ -40,6 +40,31 @@ pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
+/// `cargo build --release -p <each package>` in the workspace, for a benchmark.
+pub fn build_release(packages: &[&str]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.current_dir(workspace_root())
+        .args(["build", "--release"]);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    eprintln!("bench: cargo build --release -p {}", packages.join(" -p "));
+    let st = cmd.status().context("running cargo build")?;
+    if !st.success() {
+        bail!("cargo build --release -p {} failed", packages.join(" -p "));
+    }
+    Ok(())
+}
+
+/// The release build of binary `name`, which must exist.
+pub fn release_bin(name: &str) -> Result<PathBuf> {
+    let bin = target_dir().join("release").join(name);
+    if !bin.is_file() {
+        bail!("{} is missing; run without --no-build", bin.display());
+    }
+    Ok(bin)
+}
+
 /// One static binary in `target/dist/`.
 #[derive(Debug, Clone)]
 pub struct Built {
