@@ -17,39 +17,8 @@ use plimsoll_docker::engine::{containers_labelled, LABEL_INSTANCE};
 use plimsoll_docker::{DockerConfig, DockerProvider, Runtime};
 use plimsoll_provider::{Answer, Provider, ProviderError, Work};
 
-const IMAGE: &str = "plimsoll/sandbox:latest";
-const SOCKET: &str = "/var/run/docker.sock";
-
-fn required() -> bool {
-    matches!(
-        std::env::var("PLIMSOLL_REQUIRE_DOCKER").as_deref(),
-        Ok("1") | Ok("true")
-    )
-}
-
-/// The engine and the sandbox image, or `None` (skip) when either is missing and the run
-/// does not require them.
-async fn engine() -> Option<Docker> {
-    let found = async {
-        let d = plimsoll_docker::provider::connect(Path::new(SOCKET))?;
-        d.ping()
-            .await
-            .map_err(|e| format!("no Docker engine at {SOCKET}: {e}"))?;
-        d.inspect_image(IMAGE).await.map_err(|e| {
-            format!("image {IMAGE} is missing ({e}); build it with `cargo xtask images`")
-        })?;
-        Ok::<_, String>(d)
-    }
-    .await;
-    match found {
-        Ok(d) => Some(d),
-        Err(e) if required() => panic!("PLIMSOLL_REQUIRE_DOCKER=1 but {e}"),
-        Err(e) => {
-            eprintln!("skipping: {e} (set PLIMSOLL_REQUIRE_DOCKER=1 to make this a failure)");
-            None
-        }
-    }
-}
+mod support;
+use support::{engine, IMAGE};
 
 macro_rules! need_engine {
     () => {

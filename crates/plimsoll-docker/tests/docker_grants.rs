@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,39 +17,9 @@ use plimsoll_core::pb;
 use plimsoll_docker::{DockerConfig, DockerProvider};
 use plimsoll_provider::{Answer, Provider, Work};
 
-const IMAGE: &str = "plimsoll/sandbox:latest";
-const SOCKET: &str = "/var/run/docker.sock";
+mod support;
+use support::IMAGE;
 const KEY: &str = "sk-live-9d2c4b7e1a0f3865";
-
-fn required() -> bool {
-    matches!(
-        std::env::var("PLIMSOLL_REQUIRE_DOCKER").as_deref(),
-        Ok("1") | Ok("true")
-    )
-}
-
-/// Whether the engine and the sandbox image are there (panics when required and missing).
-async fn engine_ready() -> bool {
-    let found = async {
-        let d = plimsoll_docker::provider::connect(Path::new(SOCKET))?;
-        d.ping()
-            .await
-            .map_err(|e| format!("no Docker engine at {SOCKET}: {e}"))?;
-        d.inspect_image(IMAGE).await.map_err(|e| {
-            format!("image {IMAGE} is missing ({e}); build it with `cargo xtask images`")
-        })?;
-        Ok::<_, String>(())
-    }
-    .await;
-    match found {
-        Ok(()) => true,
-        Err(e) if required() => panic!("PLIMSOLL_REQUIRE_DOCKER=1 but {e}"),
-        Err(e) => {
-            eprintln!("skipping: {e} (set PLIMSOLL_REQUIRE_DOCKER=1 to make this a failure)");
-            false
-        }
-    }
-}
 
 #[derive(Debug, Clone)]
 struct Seen {
@@ -119,7 +88,7 @@ const grant = require(process.env.PLIMSOLL_GRANT_JS);
 
 #[tokio::test]
 async fn a_container_calls_a_granted_route_through_its_unix_socket_and_never_sees_the_key() {
-    if !engine_ready().await {
+    if support::engine().await.is_none() {
         return;
     }
     let (addr, log) = upstream().await;

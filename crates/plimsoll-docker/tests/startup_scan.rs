@@ -20,43 +20,12 @@ use bollard::Docker;
 use plimsoll_core::pb;
 use plimsoll_withheld::{Entry, KnownImages, Mode, WithheldSet};
 
-const BASE: &str = "plimsoll/sandbox:latest";
-const SOCKET: &str = "/var/run/docker.sock";
+mod support;
+use support::{engine, IMAGE as BASE, SOCKET};
 /// Where the test files go inside the image (tar names carry no leading slash).
 const DIR: &str = "opt/plimsoll-scan-test";
 /// A value that must never ship, embedded in a larger binary file.
 const CANARY: &[u8] = b"canary:startup-scan-7f3e91c2d4b8";
-
-fn required() -> bool {
-    matches!(
-        std::env::var("PLIMSOLL_REQUIRE_DOCKER").as_deref(),
-        Ok("1") | Ok("true")
-    )
-}
-
-/// The engine and the sandbox image, or `None` (skip) when either is missing and the run
-/// does not require them.
-async fn engine() -> Option<Docker> {
-    let found = async {
-        let d = plimsoll_docker::provider::connect(Path::new(SOCKET))?;
-        d.ping()
-            .await
-            .map_err(|e| format!("no Docker engine at {SOCKET}: {e}"))?;
-        d.inspect_image(BASE).await.map_err(|e| {
-            format!("image {BASE} is missing ({e}); build it with `cargo xtask images`")
-        })?;
-        Ok::<_, String>(d)
-    }
-    .await;
-    match found {
-        Ok(d) => Some(d),
-        Err(e) if required() => panic!("PLIMSOLL_REQUIRE_DOCKER=1 but {e}"),
-        Err(e) => {
-            eprintln!("skipping: {e} (set PLIMSOLL_REQUIRE_DOCKER=1 to make this a failure)");
-            None
-        }
-    }
-}
 
 fn answers() -> Vec<u8> {
     b"answer key, round 3: 1-c 2-a 3-d 4-b 5-b\n".repeat(40)
