@@ -75,18 +75,8 @@ impl KnownImages {
     pub fn from_json(bytes: &[u8]) -> Result<KnownImages, KnownError> {
         let f: KnownFile = serde_json::from_slice(bytes)
             .map_err(|e| KnownError::Invalid(format!("not a known-images file: {e}")))?;
-        if f.format != KNOWN_FORMAT {
-            return Err(KnownError::Invalid(format!(
-                "format is {:?}, expected {KNOWN_FORMAT:?}",
-                f.format
-            )));
-        }
-        if f.version != KNOWN_VERSION {
-            return Err(KnownError::Invalid(format!(
-                "version {} is not supported (this build reads {KNOWN_VERSION})",
-                f.version
-            )));
-        }
+        crate::set::check_header(&f.format, KNOWN_FORMAT, f.version, KNOWN_VERSION)
+            .map_err(KnownError::Invalid)?;
         for id in f.images.keys() {
             if !valid_image_id(id) {
                 return Err(KnownError::Invalid(format!(

@@ -13,6 +13,25 @@ use crate::matcher::{self, FileIndex, RunIndex, MAX_RUN, MIN_RUN};
 pub const SET_FORMAT: &str = "plimsoll-withheld-set";
 /// The only set version this build reads and writes.
 pub const SET_VERSION: u32 = 1;
+
+/// Checks a versioned file's `format` and `version` (the withheld set and the known list
+/// share this header); the error says what was found and what this build reads.
+pub(crate) fn check_header(
+    format: &str,
+    want_format: &str,
+    version: u32,
+    want_version: u32,
+) -> Result<(), String> {
+    if format != want_format {
+        return Err(format!("format is {format:?}, expected {want_format:?}"));
+    }
+    if version != want_version {
+        return Err(format!(
+            "version {version} is not supported (this build reads {want_version})"
+        ));
+    }
+    Ok(())
+}
 /// The only prefilter this build knows.
 pub const PREFILTER: &str = "gear-v1";
 
@@ -242,18 +261,7 @@ impl WithheldSet {
     pub fn from_json(bytes: &[u8]) -> Result<WithheldSet, SetError> {
         let f: SetFile = serde_json::from_slice(bytes)
             .map_err(|e| SetError::Invalid(format!("not a withheld set: {e}")))?;
-        if f.format != SET_FORMAT {
-            return Err(SetError::Invalid(format!(
-                "format is {:?}, expected {SET_FORMAT:?}",
-                f.format
-            )));
-        }
-        if f.version != SET_VERSION {
-            return Err(SetError::Invalid(format!(
-                "version {} is not supported (this build reads {SET_VERSION})",
-                f.version
-            )));
-        }
+        check_header(&f.format, SET_FORMAT, f.version, SET_VERSION).map_err(SetError::Invalid)?;
         if f.prefilter != PREFILTER {
             return Err(SetError::Invalid(format!(
                 "prefilter {:?} is not supported (this build knows {PREFILTER:?})",
