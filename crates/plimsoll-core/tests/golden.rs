@@ -1,18 +1,18 @@
-//! Reproduces every vector in `shared/fixtures/records/golden.json`.
+//! Reproduces every vector in `tests/fixtures/golden.json` (provenance in the README beside it).
 //!
-//! The fixture lives outside the repository (`../shared` beside the checkout, as CI lays
-//! it out); `PLIMSOLL_SHARED_DIR` may point elsewhere. A missing fixture fails the test.
+//! The fixture is part of the repository, so a plain clone passes with nothing beside it.
+//! `PLIMSOLL_GOLDEN_JSON` may name another copy of the file (to check a newer set of vectors
+//! before copying it in). A missing fixture fails the test.
 
 use plimsoll_core::digest::{record_digest, request_digest, result_digest, session_fingerprint};
 use plimsoll_core::pb;
 
 fn fixture() -> serde_json::Value {
-    let shared = std::env::var("PLIMSOLL_SHARED_DIR")
+    let path = std::env::var("PLIMSOLL_GOLDEN_JSON")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared")
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden.json")
         });
-    let path = shared.join("fixtures/records/golden.json");
     let text =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_json::from_str(&text).expect("golden.json parses")
