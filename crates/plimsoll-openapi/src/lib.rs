@@ -12,7 +12,7 @@ mod yaml;
 
 pub use extract::{extract, Extraction, Operation, Options};
 pub use node::Node;
-pub use yaml::{YamlError, YamlLimits};
+pub use yaml::{read_counted as read_yaml_counted, YamlError, YamlLimits, YamlStats};
 
 /// The largest document read.
 pub const MAX_DOCUMENT_BYTES: usize = 256 * 1024 * 1024;

@@ -22,6 +22,8 @@ pub struct YamlLimits {
     pub max_aliases: usize,
     /// Entries copied by merge keys (`<<`), in total.
     pub max_merged_entries: usize,
+    /// Bytes of keys and scalar values merge keys copy, in total.
+    pub max_merged_bytes: usize,
 }
 
 impl Default for YamlLimits {
@@ -30,7 +32,31 @@ impl Default for YamlLimits {
             max_depth: 128,
             max_aliases: 1_000_000,
             max_merged_entries: 1_000_000,
+            max_merged_bytes: 16 << 20,
         }
+    }
+}
+
+/// What reading one document cost, counted as it is read (tests assert on these, never on
+/// wall time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct YamlStats {
+    /// Parser events handled.
+    pub events: u64,
+    /// Alias uses.
+    pub aliases: u64,
+    /// Merge-key (`<<`) work: every entry of a merge source looked at, plus every key
+    /// comparison made to decide whether it is already present.
+    pub merge_steps: u64,
+    /// Bytes of keys and scalar values merge keys copied.
+    pub merge_bytes: u64,
+}
+
+/// The bytes a merge copies when it copies `v` (its scalar text; containers are shared).
+fn scalar_bytes(v: &Node) -> u64 {
+    match v {
+        Node::String(s) | Node::Number(s) => s.len() as u64,
+        _ => 0,
     }
 }
 
@@ -90,6 +116,7 @@ struct Builder {
     anchors: HashMap<usize, (Node, usize)>,
     aliases: usize,
     merged: usize,
+    stats: YamlStats,
     root: Option<Node>,
     documents: usize,
 }
@@ -181,7 +208,12 @@ impl Builder {
                     );
                 };
                 for (k, v) in src.iter() {
-                    if !own.iter().any(|(o, _)| o == k) {
+                    self.stats.merge_steps += 1;
+                    let stats = &mut self.stats;
+                    if !own.iter().any(|(o, _)| {
+                        stats.merge_steps += 1;
+                        o == k
+                    }) {
                         self.merged += 1;
                         if self.merged > self.limits.max_merged_entries {
                             return Err(self.err(format!(
@@ -189,6 +221,7 @@ impl Builder {
                                 self.limits.max_merged_entries
                             )));
                         }
+                        self.stats.merge_bytes += k.len() as u64 + scalar_bytes(v);
                         own.push((k.clone(), v.clone()));
                     }
                 }
@@ -219,6 +252,7 @@ impl Builder {
             }
             Event::Alias(id) => {
                 self.aliases += 1;
+                self.stats.aliases += 1;
                 if self.aliases > self.limits.max_aliases {
                     return Err(self.err(format!(
                         "the document uses more than {} aliases",
@@ -288,32 +322,46 @@ impl Builder {
 
 /// Parses one YAML document into a tree, within `limits`.
 pub fn read(text: &str, limits: YamlLimits) -> Result<Node, YamlError> {
+    read_counted(text, limits).0
+}
+
+/// [`read`], also returning what the reading cost (counted up to where it stopped).
+pub fn read_counted(text: &str, limits: YamlLimits) -> (Result<Node, YamlError>, YamlStats) {
     let mut b = Builder {
         limits,
         stack: Vec::new(),
         anchors: HashMap::new(),
         aliases: 0,
         merged: 0,
+        stats: YamlStats::default(),
         root: None,
         documents: 0,
     };
-    for ev in Parser::new_from_str(text) {
-        let (ev, span) = ev.map_err(|e| YamlError {
-            message: e.info().to_owned(),
-            line: Some(e.marker().line()),
-            column: Some(e.marker().col() + 1),
-        })?;
-        b.event(ev).map_err(|mut e| {
-            e.line = Some(span.start.line());
-            e.column = Some(span.start.col() + 1);
-            e
-        })?;
+    let result = b.run(text);
+    (result, b.stats)
+}
+
+impl Builder {
+    fn run(&mut self, text: &str) -> Result<Node, YamlError> {
+        for ev in Parser::new_from_str(text) {
+            let (ev, span) = ev.map_err(|e| YamlError {
+                message: e.info().to_owned(),
+                line: Some(e.marker().line()),
+                column: Some(e.marker().col() + 1),
+            })?;
+            self.stats.events += 1;
+            self.event(ev).map_err(|mut e| {
+                e.line = Some(span.start.line());
+                e.column = Some(span.start.col() + 1);
+                e
+            })?;
+        }
+        self.root.take().ok_or_else(|| YamlError {
+            message: "the document is empty".into(),
+            line: None,
+            column: None,
+        })
     }
-    b.root.ok_or_else(|| YamlError {
-        message: "the document is empty".into(),
-        line: None,
-        column: None,
-    })
 }
 
 #[cfg(test)]
