@@ -29,6 +29,10 @@ pub const DEADLINE_GRACE: Duration = Duration::from_secs(5);
 /// Time a new container is given to start sandboxd and bind its socket.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long [`DockerProvider::shutdown`] waits for launches and removals in flight before it
+/// removes what is left by label, and again for that removal.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(20);
+
 /// The name this provider states.
 pub const NAME: &str = "docker";
 
@@ -65,6 +69,10 @@ struct Inner {
     /// Removals in flight (so tests and shutdown can wait for them).
     removing: AtomicUsize,
     removed: Notify,
+    /// Launches in flight: from before a container is created until it is ready or removed
+    /// (so shutdown can wait for them; a launch that began sees `closed` at its next step).
+    launching: AtomicUsize,
+    launched: Notify,
     closed: AtomicBool,
 }
 
@@ -234,6 +242,8 @@ impl DockerProvider {
                 live: Mutex::new(HashSet::new()),
                 removing: AtomicUsize::new(0),
                 removed: Notify::new(),
+                launching: AtomicUsize::new(0),
+                launched: Notify::new(),
                 closed: AtomicBool::new(false),
             }),
         })
@@ -295,16 +305,60 @@ impl DockerProvider {
         self.inner.run(work, timeout, env, None).await
     }
 
-    /// Stops the warm pool and removes every container this provider still has; the
-    /// provider refuses runs afterwards.
+    /// Stops the provider; it refuses runs afterwards. In order: no new launch begins; the
+    /// warm pool is removed; launches and removals in flight are waited for (each launch
+    /// sees the provider closed at its next step and removes its own container), at most
+    /// [`SHUTDOWN_WAIT`]; then every container still labelled with this instance (a run's
+    /// that outlived the drain, or one whose launch was abandoned) is removed by label, at
+    /// most [`SHUTDOWN_WAIT`] again. What is still there after that is logged as an error
+    /// (the next start with this state directory removes it). Calling it again repeats the
+    /// removal by label.
     pub async fn shutdown(&self) {
-        self.inner.closed.store(true, Ordering::SeqCst);
-        self.inner.refill.notify_one();
-        let warm: Vec<Warm> = self.inner.lock_pool().drain(..).collect();
+        let inner = &self.inner;
+        inner.closed.store(true, Ordering::SeqCst);
+        inner.refill.notify_one();
+        let warm: Vec<Warm> = inner.lock_pool().drain(..).collect();
         for w in warm {
-            self.inner.discard(w).await;
+            inner.discard(w).await;
         }
-        self.settle().await;
+        let in_flight = async {
+            inner.launches_done().await;
+            self.settle().await;
+        };
+        if tokio::time::timeout(SHUTDOWN_WAIT, in_flight)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                launching = inner.launching.load(Ordering::SeqCst),
+                removing = inner.removing.load(Ordering::SeqCst),
+                wait_s = SHUTDOWN_WAIT.as_secs(),
+                "container launches or removals still in flight at shutdown; removing this instance's containers by label"
+            );
+        }
+        match tokio::time::timeout(SHUTDOWN_WAIT, inner.remove_instance()).await {
+            Ok(Ok(0)) => {
+                tracing::info!(instance = %inner.instance.id(), "docker provider stopped; no container of this instance is left")
+            }
+            Ok(Ok(n)) => tracing::error!(instance = %inner.instance.id(), left = n,
+                "containers of this instance could not be removed at shutdown; the next start with this state directory removes them"),
+            Ok(Err(e)) => tracing::error!(instance = %inner.instance.id(), error = %e,
+                "cannot list this instance's containers at shutdown; the next start with this state directory removes them"),
+            Err(_) => {
+                tracing::error!(instance = %inner.instance.id(), wait_s = SHUTDOWN_WAIT.as_secs(),
+                "the engine did not finish removing this instance's containers at shutdown; the next start with this state directory removes them")
+            }
+        }
+    }
+}
+
+/// Counts one launch in flight until dropped (also when the launch's future is dropped).
+struct Launching<'a>(&'a Inner);
+
+impl Drop for Launching<'_> {
+    fn drop(&mut self) {
+        self.0.launching.fetch_sub(1, Ordering::SeqCst);
+        self.0.launched.notify_waiters();
     }
 }
 
@@ -315,6 +369,46 @@ impl Inner {
 
     fn lock_live(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until no launch is in flight.
+    async fn launches_done(&self) {
+        loop {
+            let wait = self.launched.notified();
+            if self.launching.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            wait.await;
+        }
+    }
+
+    /// Removes every container labelled with this instance, with its run directory;
+    /// returns how many are still listed afterwards.
+    async fn remove_instance(&self) -> Result<usize, bollard::errors::Error> {
+        let ids =
+            engine::containers_labelled(&self.docker, LABEL_INSTANCE, self.instance.id()).await?;
+        for id in &ids {
+            tracing::debug!(container = %engine::short(id), "removing a container of this instance at shutdown");
+            engine::remove(&self.docker, id).await;
+            self.lock_live().remove(id);
+        }
+        if !ids.is_empty() {
+            tracing::info!(
+                containers = ids.len(),
+                "removed containers still labelled with this instance at shutdown"
+            );
+        }
+        let left =
+            engine::containers_labelled(&self.docker, LABEL_INSTANCE, self.instance.id()).await?;
+        if left.is_empty() {
+            make_removable(self.instance.dir());
+            if let Ok(rd) = std::fs::read_dir(self.instance.dir()) {
+                for e in rd.flatten() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        Ok(left.len())
     }
 
     fn spec<'a>(&'a self, image_id: &'a str, run_id: &'a str, dir: &'a Path) -> Spec<'a> {
@@ -332,8 +426,17 @@ impl Inner {
         }
     }
 
-    /// Creates, starts and waits for one container of `image_id`.
+    /// Creates, starts and waits for one container of `image_id`. Refused once the provider
+    /// is closed; a launch that began before sees it at its next step and removes its
+    /// container.
     async fn launch(&self, image_id: &str) -> Result<Warm, String> {
+        // Counted before `closed` is read: shutdown sets `closed` before it reads the count,
+        // so either this launch sees it closed or shutdown waits for this launch.
+        self.launching.fetch_add(1, Ordering::SeqCst);
+        let _counted = Launching(self);
+        if self.closed.load(Ordering::SeqCst) {
+            return Err("the provider is shutting down".into());
+        }
         let run_id = random_hex();
         let dir = self.instance.dir().join(&run_id);
         let token = Token::new(random_hex()).map_err(|e| e.to_string())?;
@@ -373,6 +476,10 @@ impl Inner {
         }
         match self.wait_ready(&warm).await {
             Ok(()) => Ok(warm),
+            Err(e) if self.closed.load(Ordering::SeqCst) => {
+                self.discard(warm).await;
+                Err(e)
+            }
             Err(e) => {
                 let logs = engine::log_tail(&self.docker, &warm.id).await;
                 self.discard(warm).await;
@@ -394,6 +501,9 @@ impl Inner {
         loop {
             if std::fs::symlink_metadata(&sock).is_ok() {
                 break;
+            }
+            if self.closed.load(Ordering::SeqCst) {
+                return Err("the provider is shutting down".into());
             }
             let now = Instant::now();
             if now - start > READY_TIMEOUT {
@@ -831,6 +941,7 @@ impl Inner {
                         }
                         me.lock_pool().push_back(w);
                     }
+                    Err(_) if me.closed.load(Ordering::SeqCst) => return,
                     Err(e) => {
                         failures += 1;
                         tracing::warn!(error = %e, "could not start a warm container");
