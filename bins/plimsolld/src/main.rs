@@ -10,7 +10,7 @@ use plimsoll_daemon::{config, Config, StartError};
 
 const EXIT_HELP: &str = "\
 Exit codes:
-  0  stopped after SIGTERM or SIGINT, runs in flight answered
+  0  stopped after SIGTERM or SIGINT (also during startup), runs in flight answered
   1  the provider failed its startup checks or smoke test, or a listener could not be bound
   2  a configuration error: one line names the variable or file to fix";
 
@@ -55,8 +55,15 @@ async fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let daemon = match plimsoll_daemon::start(cfg).await {
+    // From here a signal stops the daemon in order (for docker: no container is left)
+    // instead of ending the process at once, also during the startup smoke test.
+    let mut signals = Signals::install();
+    let daemon = match plimsoll_daemon::start_until(cfg, signals.recv()).await {
         Ok(d) => d,
+        Err(StartError::Stopped) => {
+            tracing::info!("stopped during startup");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("plimsolld: {e}");
             let code = match e {
@@ -68,26 +75,39 @@ async fn run() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    wait_for_signal().await;
+    signals.recv().await;
     tracing::info!("shutting down: refusing new runs, answering runs in flight");
     daemon.shutdown().await;
     ExitCode::SUCCESS
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = int.recv() => {},
-            }
+/// SIGTERM and SIGINT, caught from when they are installed (a signal that arrives before
+/// `recv` is kept for it).
+struct Signals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+
+impl Signals {
+    fn install() -> Signals {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            (Ok(term), Ok(int)) => Signals(Some((term, int))),
+            _ => Signals(None),
         }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
+    }
+
+    async fn recv(&mut self) {
+        match &mut self.0 {
+            Some((term, int)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
+            }
+            None => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
     }
 }

@@ -14,4 +14,4 @@ pub mod server;
 pub mod service;
 
 pub use config::Config;
-pub use server::{start, RunningDaemon, StartError};
+pub use server::{start, start_until, RunningDaemon, StartError};

@@ -11,26 +11,44 @@ pub use plimsoll_provider::{Answer, Facts, Provider, ProviderError, ProviderStar
 
 use crate::config::{Config, ProviderKind};
 
-/// Builds the provider the configuration names.
-pub fn build(cfg: &Config) -> Result<Arc<dyn Provider>, ProviderStartError> {
+/// What plimsolld calls last when it stops (after runs were drained, after a failed
+/// startup, or on a signal during startup): the docker provider removes every container of
+/// its instance here, bounded (docs/docker.md, "Stopping"). The other providers keep
+/// nothing outside the process that this would remove.
+#[derive(Debug, Clone, Default)]
+pub struct Stopper(Option<Arc<plimsoll_docker::DockerProvider>>);
+
+impl Stopper {
+    /// Stops the provider; returns when what it started outside the process is removed.
+    pub async fn stop(&self) {
+        if let Some(d) = &self.0 {
+            d.shutdown().await;
+        }
+    }
+}
+
+/// Builds the provider the configuration names, and how to stop it.
+pub fn build(cfg: &Config) -> Result<(Arc<dyn Provider>, Stopper), ProviderStartError> {
     match cfg.provider {
-        ProviderKind::Disabled => Ok(Arc::new(Disabled)),
-        ProviderKind::Process => Ok(Arc::new(ProcessProvider::new(cfg)?)),
+        ProviderKind::Disabled => Ok((Arc::new(Disabled), Stopper::default())),
+        ProviderKind::Process => Ok((Arc::new(ProcessProvider::new(cfg)?), Stopper::default())),
         ProviderKind::Docker => {
             let docker = cfg.docker.clone().ok_or_else(|| ProviderStartError {
                 provider: "docker".into(),
                 message: "SANDBOX_DOCKER_IMAGE is not set".into(),
             })?;
-            Ok(Arc::new(plimsoll_docker::DockerProvider::new(docker)?))
+            let d = Arc::new(plimsoll_docker::DockerProvider::new(docker)?);
+            Ok((d.clone(), Stopper(Some(d))))
         }
         ProviderKind::AgentSandbox => {
             let k = cfg.agentsandbox.clone().ok_or_else(|| ProviderStartError {
                 provider: "agentsandbox".into(),
                 message: "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE is not set".into(),
             })?;
-            Ok(Arc::new(plimsoll_agentsandbox::AgentSandboxProvider::new(
-                k,
-            )?))
+            Ok((
+                Arc::new(plimsoll_agentsandbox::AgentSandboxProvider::new(k)?),
+                Stopper::default(),
+            ))
         }
     }
 }

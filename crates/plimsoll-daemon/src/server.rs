@@ -62,6 +62,10 @@ pub enum StartError {
     /// matched bytes.
     #[error("PLIMSOLL_WITHHELD_SET: {0}")]
     Withheld(String),
+    /// The stop signal came before the daemon served; the provider was stopped (for
+    /// docker: every container of the instance removed) and nothing was served.
+    #[error("stopped during startup; nothing was served")]
+    Stopped,
 }
 
 /// Hardened mode: every safeguard that is missing, each with what to set.
@@ -119,6 +123,7 @@ pub struct RunningDaemon {
     rpc: JoinHandle<Result<(), tonic::transport::Error>>,
     metrics_task: Option<JoinHandle<()>>,
     grace: std::time::Duration,
+    stopper: provider::Stopper,
 }
 
 impl RunningDaemon {
@@ -131,7 +136,8 @@ impl RunningDaemon {
         self.metrics_addr
     }
     /// Stops accepting, refuses new runs as `capacity`, waits (bounded by the grace period)
-    /// for runs in flight to be answered, then returns.
+    /// for runs in flight to be answered, then stops the provider (the docker provider
+    /// removes every container of its instance, bounded) and returns.
     pub async fn shutdown(self) {
         self.draining.store(true, Ordering::SeqCst);
         // notify_one stores a permit: the server's shutdown future may not have been
@@ -150,6 +156,7 @@ impl RunningDaemon {
         if let Some(m) = self.metrics_task {
             m.abort();
         }
+        self.stopper.stop().await;
     }
     /// Waits until the RPC server ends on its own (it only ends through `shutdown`).
     pub async fn stopped(&mut self) {
@@ -300,7 +307,46 @@ async fn withheld_scan(
 /// Starts a daemon: provider smoke test, floor, hardened mode, listeners. Returns once
 /// the daemon is serving.
 pub async fn start(cfg: Config) -> Result<RunningDaemon, StartError> {
-    let provider: Arc<dyn Provider> = provider::build(&cfg)?;
+    start_until(cfg, std::future::pending()).await
+}
+
+/// [`start`], unless `stop` completes first (plimsolld passes its SIGTERM/SIGINT): then
+/// startup keeps going only until the provider is stopped, so a container it is launching
+/// is removed rather than abandoned, and the answer is [`StartError::Stopped`]. A startup
+/// that fails stops the provider too before it answers.
+pub async fn start_until(
+    cfg: Config,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<RunningDaemon, StartError> {
+    let (provider, stopper) = provider::build(&cfg)?;
+    let starting = start_with(cfg, provider, stopper.clone());
+    tokio::pin!(starting);
+    tokio::pin!(stop);
+    tokio::select! {
+        r = &mut starting => {
+            if r.is_err() {
+                stopper.stop().await;
+            }
+            r
+        }
+        () = &mut stop => {
+            tracing::info!("stop signal during startup: stopping the provider, serving nothing");
+            // Startup is still polled while the provider stops: a launch in flight sees the
+            // provider closed and removes its own container.
+            let (started, ()) = tokio::join!(starting, stopper.stop());
+            if let Ok(daemon) = started {
+                daemon.shutdown().await;
+            }
+            Err(StartError::Stopped)
+        }
+    }
+}
+
+async fn start_with(
+    cfg: Config,
+    provider: Arc<dyn Provider>,
+    stopper: provider::Stopper,
+) -> Result<RunningDaemon, StartError> {
     provider.start().await?;
     let facts = provider.facts();
     if let Some(floor) = cfg.min_isolation.0 {
@@ -449,5 +495,6 @@ pub async fn start(cfg: Config) -> Result<RunningDaemon, StartError> {
         rpc,
         metrics_task,
         grace: cfg.shutdown_grace,
+        stopper,
     })
 }
