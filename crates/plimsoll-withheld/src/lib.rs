@@ -13,11 +13,14 @@
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
+mod carve;
 mod engine;
+mod git;
 mod image;
 pub mod known;
 pub mod limits;
 mod matcher;
+mod png;
 pub mod report;
 pub mod set;
 pub mod sniff;

@@ -15,6 +15,12 @@ pub enum Kind {
     Zip,
     /// tar: ustar magic, or a header whose checksum holds.
     Tar,
+    /// A git loose object once inflated: `blob|tree|commit|tag <size>\0` and the content.
+    GitObject,
+    /// A git pack (`PACK`, version 2 or 3).
+    GitPack,
+    /// A PNG image: its IDAT chunks are one zlib stream, other chunks may hold more.
+    Png,
     /// A format recognised and not opened; the name goes into `format:<name>`.
     Unsupported(&'static str),
     /// Anything else: read as bytes.
@@ -50,6 +56,15 @@ pub fn sniff(head: &[u8]) -> Kind {
     }
     if starts(b"PK\x03\x04") || starts(b"PK\x05\x06") || starts(b"PK\x07\x08PK\x03\x04") {
         return Kind::Zip;
+    }
+    if head.len() >= 12 && starts(b"PACK\0\0\0") && matches!(head[7], 2 | 3) {
+        return Kind::GitPack;
+    }
+    if starts(b"\x89PNG\r\n\x1a\n") {
+        return Kind::Png;
+    }
+    if git_object_header(head).is_some() {
+        return Kind::GitObject;
     }
     if starts(&[b'7', b'z', 0xbc, 0xaf, 0x27, 0x1c]) {
         return Kind::Unsupported("7z");
@@ -90,6 +105,28 @@ pub fn sniff(head: &[u8]) -> Kind {
     Kind::Data
 }
 
+/// The header of an inflated git loose object: (header length with its NUL, content size).
+pub fn git_object_header(head: &[u8]) -> Option<(usize, u64)> {
+    let rest = [&b"blob "[..], b"tree ", b"commit ", b"tag "]
+        .iter()
+        .find_map(|t| head.strip_prefix(*t))?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 || rest.get(digits) != Some(&0) {
+        return None;
+    }
+    let size = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    Some((head.len() - rest.len() + digits + 1, size))
+}
+
+/// A zlib stream header (RFC 1950: deflate, window up to 32 KiB, no preset dictionary,
+/// check bits holding).
+pub fn zlib_header(b0: u8, b1: u8) -> bool {
+    b0 & 0x0f == 8
+        && b0 >> 4 <= 7
+        && b1 & 0x20 == 0
+        && (u16::from(b0) << 8 | u16::from(b1)) % 31 == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +144,11 @@ mod tests {
         assert_eq!(sniff(b"BZh9 hello"), Kind::Data);
         assert_eq!(sniff(b"hello world"), Kind::Data);
         assert_eq!(sniff(b""), Kind::Data);
+        assert_eq!(sniff(b"blob 5\0hello"), Kind::GitObject);
+        assert_eq!(git_object_header(b"commit 12\0x"), Some((10, 12)));
+        assert_eq!(sniff(b"blob x\0hello"), Kind::Data);
+        assert_eq!(sniff(b"PACK\0\0\0\x02\0\0\0\x03"), Kind::GitPack);
+        assert!(zlib_header(0x78, 0x9c) && zlib_header(0x78, 0x01) && zlib_header(0x78, 0xda));
+        assert!(!zlib_header(0x78, 0x9d) && !zlib_header(b'h', b'e'));
     }
 }

@@ -17,7 +17,7 @@ use std::collections::HashSet;
 use std::io::{self, BufReader, Read};
 use std::rc::Rc;
 
-use crate::limits::Limits;
+use crate::limits::{decoder_need, Limits, MemBudget};
 use crate::matcher::{RunHit, RunState};
 use crate::set::WithheldSet;
 use crate::sniff::{sniff, Kind, SNIFF_LEN};
@@ -210,7 +210,7 @@ impl Space {
     }
 
     /// Ends the stream: what no member claimed belongs to the stream's own path.
-    fn finish(&mut self, path: &str, size: Option<u64>, out: &mut Collected) {
+    pub(crate) fn finish(&mut self, path: &str, size: Option<u64>, out: &mut Collected) {
         self.resolve(0, u64::MAX, path, out);
         if self.run.over_budget {
             out.unreadable(path, "limit:confirmations".into(), size);
@@ -257,9 +257,23 @@ impl<R: Read> Read for Hashing<R> {
 }
 
 /// Counts bytes read (the encoded side of a decoder, for the ratio limit).
-struct Counting<'c, R> {
+pub(crate) struct Counting<'c, R> {
+    pub inner: R,
+    pub n: &'c Cell<u64>,
+}
+
+/// Counts the bytes read from the image itself (depth 0), for the ratio of all decoders.
+struct RawCount<R> {
     inner: R,
-    n: &'c Cell<u64>,
+    n: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for RawCount<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.n.set(self.n.get() + n as u64);
+        Ok(n)
+    }
 }
 
 impl<R: Read> Read for Counting<'_, R> {
@@ -271,15 +285,18 @@ impl<R: Read> Read for Counting<'_, R> {
 }
 
 /// Tags a decoder's own errors with its node, and enforces the decoded-size limits.
-struct Decoded<'c, R> {
+pub(crate) struct Decoded<'c, R> {
     inner: R,
     origin: u64,
     codec: &'static str,
     produced: u64,
     encoded: &'c Cell<u64>,
     total: Rc<Cell<u64>>,
+    raw: Rc<Cell<u64>>,
     limits: &'c Limits,
-    member: bool,
+    /// A layer blob's own decoder: `max_layer_decoded` instead of `max_member_decoded`, and
+    /// not bound by the ratio of all decoders (its own ratio still holds).
+    top: bool,
     hit: Option<&'static str>,
 }
 
@@ -296,14 +313,20 @@ impl<R: Read> Read for Decoded<'_, R> {
         self.produced += n as u64;
         self.total.set(self.total.get() + n as u64);
         let l = self.limits;
-        let hit = if self.total.get() > l.max_total_decoded {
+        let total = self.total.get();
+        let hit = if total > l.max_total_decoded {
             Some("total-size")
-        } else if self.member && self.produced > l.max_member_decoded {
+        } else if self.top && self.produced > l.max_layer_decoded {
+            Some("layer-size")
+        } else if !self.top && self.produced > l.max_member_decoded {
             Some("member-size")
-        } else if self.member
-            && self.produced > l.ratio_floor
+        } else if self.produced > l.ratio_floor
             && self.produced / self.encoded.get().max(1) > l.max_ratio
         {
+            Some("ratio")
+        } else if !self.top && total > l.ratio_floor && total / self.raw.get().max(1) > l.max_ratio
+        {
+            // Nested bombs: every level below the ratio, all of them together far above it.
             Some("ratio")
         } else {
             None
@@ -318,9 +341,9 @@ impl<R: Read> Read for Decoded<'_, R> {
 
 fn decoder_reason(codec: &str, e: &io::Error) -> String {
     let msg = e.to_string();
-    if codec == "zstd" && (msg.contains("too much memory") || msg.contains("indowLog")) {
+    if codec.ends_with("zstd") && (msg.contains("too much memory") || msg.contains("indowLog")) {
         "limit:zstd-window".into()
-    } else if codec == "xz" && msg.contains("mem_limit") {
+    } else if codec.ends_with("xz") && msg.contains("mem_limit") {
         "limit:xz-memory".into()
     } else {
         format!("format:{codec}-corrupt")
@@ -337,8 +360,8 @@ pub(crate) struct Node<'p> {
     /// The whole size of the file `path` names (for unreadable reports).
     pub path_size: Option<u64>,
     pub depth: u32,
-    /// An export member (a layer blob or the config): its decoder is not bound by the
-    /// per-member limits, only by the total.
+    /// An export member (a layer blob or the config): its decoder is bound by the layer
+    /// size limit instead of the member size limit.
     pub top: bool,
 }
 
@@ -349,9 +372,15 @@ pub(crate) struct Scan<'a> {
     pub out: Collected,
     next_id: u64,
     total: Rc<Cell<u64>>,
+    /// Bytes read from the image itself (depth-0 files).
+    raw: Rc<Cell<u64>>,
+    /// Decoder memory of the whole scan.
+    pub budget: Rc<MemBudget>,
+    /// The zlib probe's decoder and output buffer, made once per scan.
+    pub probe: Option<(flate2::Decompress, Vec<u8>)>,
 }
 
-fn drain(r: &mut dyn Read) -> io::Result<u64> {
+pub(crate) fn drain(r: &mut dyn Read) -> io::Result<u64> {
     let mut buf = vec![0u8; 64 << 10];
     let mut n = 0u64;
     loop {
@@ -364,7 +393,7 @@ fn drain(r: &mut dyn Read) -> io::Result<u64> {
     }
 }
 
-fn join(parent: &str, name: &str) -> String {
+pub(crate) fn join(parent: &str, name: &str) -> String {
     if parent.is_empty() {
         name.to_owned()
     } else {
@@ -380,10 +409,39 @@ impl<'a> Scan<'a> {
             out: Collected::default(),
             next_id: 1,
             total: Rc::new(Cell::new(0)),
+            raw: Rc::new(Cell::new(0)),
+            budget: MemBudget::new(limits.max_decoder_memory),
+            probe: None,
         }
     }
 
-    fn id(&mut self) -> u64 {
+    /// Wraps a decoder's output in the decoded-size limits, tagged with `origin`.
+    pub(crate) fn limited<'c, R: Read>(
+        &self,
+        inner: R,
+        origin: u64,
+        codec: &'static str,
+        encoded: &'c Cell<u64>,
+        top: bool,
+    ) -> Decoded<'c, R>
+    where
+        'a: 'c,
+    {
+        Decoded {
+            inner,
+            origin,
+            codec,
+            produced: 0,
+            encoded,
+            total: Rc::clone(&self.total),
+            raw: Rc::clone(&self.raw),
+            limits: self.limits,
+            top,
+            hit: None,
+        }
+    }
+
+    pub(crate) fn id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
     }
@@ -407,6 +465,16 @@ impl<'a> Scan<'a> {
         base: u64,
     ) -> io::Result<()> {
         self.out.files += 1;
+        let mut raw;
+        let r: &mut dyn Read = if node.depth == 0 {
+            raw = RawCount {
+                inner: r,
+                n: Rc::clone(&self.raw),
+            };
+            &mut raw
+        } else {
+            r
+        };
         let files = &self.set.files;
         let mut hr = Hashing {
             inner: r,
@@ -429,7 +497,7 @@ impl<'a> Scan<'a> {
         let kind = sniff(&head[..got]);
         {
             let mut rd = io::Cursor::new(&head[..got]).chain(&mut hr);
-            self.open(&mut rd, kind, node, space, base)?;
+            self.open(&mut rd, &head[..got], kind, node, space, base)?;
             drain(&mut rd)?;
         }
         if let Some(ctx) = hr.ctx.take() {
@@ -446,6 +514,7 @@ impl<'a> Scan<'a> {
     fn open(
         &mut self,
         rd: &mut dyn Read,
+        head: &[u8],
         kind: Kind,
         node: &Node<'_>,
         space: &RefCell<Space>,
@@ -457,17 +526,20 @@ impl<'a> Scan<'a> {
             return Ok(());
         }
         match kind {
-            Kind::Data => Ok(()),
+            Kind::Data => self.carve(rd, node, space, base),
             Kind::Unsupported(name) => {
                 self.unreadable(node.path, format!("format:{name}"), node.path_size);
                 Ok(())
             }
             Kind::Tar => self.walk_tar(rd, node, space, base),
             Kind::Zip => self.walk_zip(rd, node, space, base),
-            Kind::Gzip => self.decode(rd, "gzip", node),
-            Kind::Zstd => self.decode(rd, "zstd", node),
-            Kind::Xz => self.decode(rd, "xz", node),
-            Kind::Bzip2 => self.decode(rd, "bzip2", node),
+            Kind::Gzip => self.decode(rd, head, "gzip", node),
+            Kind::Zstd => self.decode(rd, head, "zstd", node),
+            Kind::Xz => self.decode(rd, head, "xz", node),
+            Kind::Bzip2 => self.decode(rd, head, "bzip2", node),
+            Kind::GitObject => self.git_object(rd, node, space, base),
+            Kind::GitPack => self.walk_pack(rd, node),
+            Kind::Png => self.walk_png(rd, node, space, base),
         }
     }
 
@@ -533,9 +605,12 @@ impl<'a> Scan<'a> {
     ) -> io::Result<()> {
         let mut counted = Counted::new(BufReader::with_capacity(64 << 10, rd));
         let limits = ZipLimits {
-            max_entries: self.limits.max_zip_entries,
-            zstd_window_log_max: self.limits.zstd_window_log_max,
-            xz_memory_kib: self.limits.xz_memory_kib,
+            budget: Some(Rc::clone(&self.budget)),
+            ..ZipLimits::new(
+                self.limits.max_zip_entries,
+                self.limits.zstd_window_log_max,
+                self.limits.xz_memory_kib,
+            )
         };
         let mut v = ZipWalk {
             scan: self,
@@ -543,7 +618,7 @@ impl<'a> Scan<'a> {
             space,
             base,
         };
-        match zip::walk_zip(&mut counted, limits, &mut v) {
+        match zip::walk_zip(&mut counted, &limits, &mut v) {
             Ok(()) => Ok(()),
             Err(zip::ZipError::Io(e)) if ours(&e) => Err(e),
             Err(e) => {
@@ -557,10 +632,16 @@ impl<'a> Scan<'a> {
     fn decode(
         &mut self,
         rd: &mut dyn Read,
+        head: &[u8],
         codec: &'static str,
         node: &Node<'_>,
     ) -> io::Result<()> {
         let id = self.id();
+        let need = decoder_need(codec, head, self.limits);
+        let Some(_reservation) = self.budget.reserve(need.bytes) else {
+            self.unreadable(node.path, "limit:decoder-memory".into(), node.path_size);
+            return Ok(());
+        };
         let encoded = Cell::new(0u64);
         let input = BufReader::with_capacity(
             64 << 10,
@@ -582,7 +663,7 @@ impl<'a> Scan<'a> {
                         )
                     }
                 };
-                if let Err(e) = d.window_log_max(self.limits.zstd_window_log_max) {
+                if let Err(e) = d.window_log_max(need.zstd_window_log) {
                     return self.decoder_failed(id, tagged(id, decoder_reason("zstd", &e)), node);
                 }
                 Box::new(d)
@@ -590,14 +671,19 @@ impl<'a> Scan<'a> {
             "xz" => Box::new(lzma_rust2::XzReader::new_mem_limit(
                 input,
                 true,
-                self.limits.xz_memory_kib,
+                need.xz_memory_kib,
             )),
             _ => Box::new(bzip2::bufread::MultiBzDecoder::new(input)),
         };
         self.decoded_space(dec, id, codec, &encoded, node)
     }
 
-    fn decoder_failed(&mut self, id: u64, e: io::Error, node: &Node<'_>) -> io::Result<()> {
+    pub(crate) fn decoder_failed(
+        &mut self,
+        id: u64,
+        e: io::Error,
+        node: &Node<'_>,
+    ) -> io::Result<()> {
         match own_reason(&e, id) {
             Some(reason) => {
                 self.unreadable(node.path, reason, node.path_size);
@@ -608,7 +694,7 @@ impl<'a> Scan<'a> {
     }
 
     /// Scans a decoder's output as a new space named `node.path`.
-    fn decoded_space(
+    pub(crate) fn decoded_space(
         &mut self,
         dec: Box<dyn Read + '_>,
         id: u64,
@@ -618,20 +704,9 @@ impl<'a> Scan<'a> {
     ) -> io::Result<()> {
         self.out.streams += 1;
         let child_space = RefCell::new(Space::new(self.set, self.limits));
-        let limits = self.limits;
         let result = {
             let mut tee = Tee {
-                inner: Decoded {
-                    inner: dec,
-                    origin: id,
-                    codec,
-                    produced: 0,
-                    encoded,
-                    total: Rc::clone(&self.total),
-                    limits,
-                    member: !node.top,
-                    hit: None,
-                },
+                inner: self.limited(dec, id, codec, encoded, node.top),
                 space: &child_space,
                 set: self.set,
             };
@@ -654,11 +729,11 @@ impl<'a> Scan<'a> {
     }
 }
 
-struct ZipWalk<'s, 'a, 'n, 'p> {
-    scan: &'s mut Scan<'a>,
-    node: &'n Node<'p>,
-    space: &'n RefCell<Space>,
-    base: u64,
+pub(crate) struct ZipWalk<'s, 'a, 'n, 'p> {
+    pub scan: &'s mut Scan<'a>,
+    pub node: &'n Node<'p>,
+    pub space: &'n RefCell<Space>,
+    pub base: u64,
 }
 
 impl ZipWalk<'_, '_, '_, '_> {
@@ -683,7 +758,7 @@ impl ZipVisitor for ZipWalk<'_, '_, '_, '_> {
                 self.scan
                     .scan_node(r, &child, self.space, self.base + m.data_start)
             }
-            MemberData::Decoded(r) => {
+            MemberData::Decoded(r, consumed) => {
                 let id = self.scan.id();
                 let codec = match m.method {
                     8 => "zip-deflate",
@@ -691,8 +766,8 @@ impl ZipVisitor for ZipWalk<'_, '_, '_, '_> {
                     93 => "zip-zstd",
                     _ => "zip-xz",
                 };
-                // Unknown compressed size (a data descriptor): no ratio, the size limit still holds.
-                let encoded = Cell::new(m.csize.map_or(u64::MAX, |c| c.max(1)));
+                // The compressed bytes the decoder consumed so far: the ratio holds with or
+                // without a data descriptor.
                 let child = Node {
                     path: &path,
                     size: m.usize,
@@ -701,7 +776,7 @@ impl ZipVisitor for ZipWalk<'_, '_, '_, '_> {
                     top: false,
                 };
                 self.scan
-                    .decoded_space(Box::new(r), id, codec, &encoded, &child)
+                    .decoded_space(Box::new(r), id, codec, consumed, &child)
             }
         }
     }

@@ -3,8 +3,12 @@
 //! the walk reached, so a member that only the central directory (which extractors use) names
 //! cannot hide. It never seeks, never extracts and never follows a name.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::io::{self, BufRead, Read};
+use std::rc::Rc;
+
+use crate::limits::{decoder_need, Limits, MemBudget};
 
 /// Local file header.
 const LOCAL: u32 = 0x0403_4b50;
@@ -40,6 +44,9 @@ pub enum ZipError {
     /// More members than the limit.
     #[error("zip has more than {0} members")]
     TooManyEntries(u64),
+    /// A member of unknown size whose decoder would take the scan above its decoder memory.
+    #[error("zip member's decoder needs more memory than the scan has left")]
+    DecoderMemory,
     /// The underlying stream failed.
     #[error("reading zip: {0}")]
     Io(#[source] io::Error),
@@ -55,6 +62,7 @@ impl ZipError {
             ZipError::Method(m) => format!("format:zip-method-{m}"),
             ZipError::Inconsistent(_) => "format:zip-inconsistent".into(),
             ZipError::TooManyEntries(_) => "limit:zip-entries".into(),
+            ZipError::DecoderMemory => "limit:decoder-memory".into(),
         }
     }
 }
@@ -123,8 +131,9 @@ pub struct ZipMember {
 pub enum MemberData<'a> {
     /// Stored: the bytes are the zip's own bytes, in order.
     Stored(&'a mut dyn Read),
-    /// Decompressed output of the member's data.
-    Decoded(&'a mut dyn Read),
+    /// Decompressed output of the member's data, and the count of compressed bytes the
+    /// decoder has consumed so far (for the ratio limit, with or without a data descriptor).
+    Decoded(&'a mut dyn Read, &'a Cell<u64>),
 }
 
 /// What the walker calls for each member. `content` may stop reading early (a limit); the
@@ -216,7 +225,7 @@ struct Seen {
 }
 
 /// Limits and knobs for one zip walk.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ZipLimits {
     /// Most members allowed.
     pub max_entries: u64,
@@ -224,13 +233,31 @@ pub struct ZipLimits {
     pub zstd_window_log_max: u32,
     /// xz memory (KiB) for method 95.
     pub xz_memory_kib: u32,
+    /// The scan's decoder memory: each member's decoder reserves what it holds.
+    pub(crate) budget: Option<Rc<MemBudget>>,
+    /// Where the zip starts in its file: central directory offsets may count from the file's
+    /// start (a zip written after a header, as `python -m zipapp` does) instead of the zip's.
+    pub prefix: u64,
+}
+
+impl ZipLimits {
+    /// Limits with no shared decoder memory budget (the windows are still capped).
+    pub fn new(max_entries: u64, zstd_window_log_max: u32, xz_memory_kib: u32) -> ZipLimits {
+        ZipLimits {
+            max_entries,
+            zstd_window_log_max,
+            xz_memory_kib,
+            budget: None,
+            prefix: 0,
+        }
+    }
 }
 
 /// Walks a zip from its first local header to the end of its central directory. Bytes after
 /// the end record are left unread in `r`.
 pub fn walk_zip<R: BufRead>(
     r: &mut Counted<R>,
-    limits: ZipLimits,
+    limits: &ZipLimits,
     v: &mut dyn ZipVisitor,
 ) -> Result<(), ZipError> {
     let base = r.pos;
@@ -278,7 +305,13 @@ pub fn walk_zip<R: BufRead>(
                 r.read_exact(&mut extra).map_err(io_err)?;
                 skip(r, comment_len)?;
                 zip64(&extra, &mut [&mut usize_, &mut csize, &mut offset])?;
-                let Some(s) = seen.get(&offset) else {
+                let shifted = offset
+                    .checked_sub(limits.prefix)
+                    .filter(|_| limits.prefix > 0);
+                let Some(s) = seen
+                    .get(&offset)
+                    .or_else(|| shifted.and_then(|o| seen.get(&o)))
+                else {
                     return Err(ZipError::Inconsistent(format!(
                         "{:?} at offset {offset} was not reached by the local headers",
                         String::from_utf8_lossy(&name)
@@ -338,7 +371,7 @@ fn local<R: BufRead>(
     r: &mut Counted<R>,
     base: u64,
     at: u64,
-    limits: ZipLimits,
+    limits: &ZipLimits,
     v: &mut dyn ZipVisitor,
 ) -> Result<Seen, ZipError> {
     let mut h = [0u8; 26];
@@ -368,15 +401,41 @@ fn local<R: BufRead>(
         csize: known.then_some(csize),
         usize: (!descriptor || usize_ != 0).then_some(usize_),
     };
-    let (consumed, crc, produced) = if encrypted || !matches!(method, 0 | 8 | 12 | 93 | 95) {
+    let unsupported = encrypted || !matches!(method, 0 | 8 | 12 | 93 | 95);
+    // A decoder reserves its memory (window, dictionary, block) before it is opened.
+    let mut need = None;
+    let mut reservation = None;
+    if !unsupported && method != 0 {
+        let head = r.fill_buf().map_err(io_err)?;
+        let head = &head[..head.len().min(64)];
+        let cap = Limits {
+            zstd_window_log_max: limits.zstd_window_log_max,
+            xz_memory_kib: limits.xz_memory_kib,
+            ..Limits::default()
+        };
+        let n = decoder_need(method_name(method), head, &cap);
+        need = Some(n);
+        if let Some(b) = &limits.budget {
+            reservation = b.reserve(n.bytes);
+            if reservation.is_none() {
+                need = None;
+            }
+        }
+    }
+    let no_memory = !unsupported && method != 0 && need.is_none();
+    let (consumed, crc, produced) = if unsupported || no_memory {
         let reason = if encrypted {
             "format:zip-encrypted".to_owned()
+        } else if no_memory {
+            "limit:decoder-memory".to_owned()
         } else {
             format!("format:zip-method-{method}")
         };
         if !known {
             return Err(if encrypted {
                 ZipError::Encrypted
+            } else if no_memory {
+                ZipError::DecoderMemory
             } else {
                 ZipError::Method(method)
             });
@@ -406,10 +465,11 @@ fn local<R: BufRead>(
         let start = r.pos;
         let result = if known {
             let mut take = (&mut *r).take(csize);
-            decode(&mut take, &m, limits, v)
+            decode(&mut take, &m, need.unwrap_or_default(), v)
         } else {
-            decode(&mut *r, &m, limits, v)
+            decode(&mut *r, &m, need.unwrap_or_default(), v)
         };
+        drop(reservation);
         let (crc, n) = match result {
             Ok(x) => (Some(x.0), x.1),
             Err(e) => {
@@ -469,6 +529,30 @@ fn local<R: BufRead>(
     })
 }
 
+/// A `BufRead` that counts what its reader consumes into a shared cell.
+pub(crate) struct CountBuf<'c, R> {
+    pub inner: R,
+    pub n: &'c Cell<u64>,
+}
+
+impl<R: BufRead> Read for CountBuf<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.n.set(self.n.get() + k as u64);
+        Ok(k)
+    }
+}
+
+impl<R: BufRead> BufRead for CountBuf<'_, R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+    fn consume(&mut self, amt: usize) {
+        self.n.set(self.n.get() + amt as u64);
+        self.inner.consume(amt);
+    }
+}
+
 fn method_name(method: u16) -> &'static str {
     match method {
         8 => "deflate",
@@ -484,21 +568,26 @@ fn method_name(method: u16) -> &'static str {
 fn decode<R: BufRead>(
     input: R,
     m: &ZipMember,
-    limits: ZipLimits,
+    need: crate::limits::DecoderNeed,
     v: &mut dyn ZipVisitor,
 ) -> io::Result<(u32, u64)> {
+    let consumed = Cell::new(0u64);
+    let input = CountBuf {
+        inner: input,
+        n: &consumed,
+    };
     let mut dec: Box<dyn Read + '_> = match m.method {
         8 => Box::new(flate2::bufread::DeflateDecoder::new(input)),
         12 => Box::new(bzip2::bufread::MultiBzDecoder::new(input)),
         93 => {
             let mut d = zstd::stream::read::Decoder::with_buffer(input)?;
-            d.window_log_max(limits.zstd_window_log_max)?;
+            d.window_log_max(need.zstd_window_log)?;
             Box::new(d)
         }
         95 => Box::new(lzma_rust2::XzReader::new_mem_limit(
             input,
             true,
-            limits.xz_memory_kib,
+            need.xz_memory_kib,
         )),
         other => {
             return Err(io::Error::new(
@@ -512,7 +601,7 @@ fn decode<R: BufRead>(
         crc: crc32fast::Hasher::new(),
         n: 0,
     };
-    v.content(m, MemberData::Decoded(&mut c))?;
+    v.content(m, MemberData::Decoded(&mut c, &consumed))?;
     io::copy(&mut c, &mut io::sink())?;
     Ok((c.crc.finalize(), c.n))
 }
@@ -531,7 +620,7 @@ struct Collect(ZipSummary, u64);
 impl ZipVisitor for Collect {
     fn content(&mut self, _m: &ZipMember, data: MemberData<'_>) -> io::Result<()> {
         let r = match data {
-            MemberData::Stored(r) | MemberData::Decoded(r) => r,
+            MemberData::Stored(r) | MemberData::Decoded(r, _) => r,
         };
         // Read at most the cap, as the scanner would under its member limit.
         io::copy(&mut r.take(self.1), &mut io::sink())?;
@@ -550,10 +639,9 @@ pub fn walk_zip_bytes(bytes: &[u8]) -> (ZipSummary, Result<(), ZipError>) {
     let mut r = Counted::new(bytes);
     let mut c = Collect(ZipSummary::default(), 64 << 20);
     let limits = ZipLimits {
-        max_entries: 10_000,
-        zstd_window_log_max: 24,
-        xz_memory_kib: 16 << 10,
+        budget: Some(MemBudget::new(Limits::default().max_decoder_memory)),
+        ..ZipLimits::new(10_000, 24, 16 << 10)
     };
-    let res = walk_zip(&mut r, limits, &mut c);
+    let res = walk_zip(&mut r, &limits, &mut c);
     (c.0, res)
 }
