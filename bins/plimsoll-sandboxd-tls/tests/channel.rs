@@ -555,3 +555,49 @@ fn an_idle_connection_is_closed() {
     }
     pod.proc.wait_line("idle for");
 }
+
+/// Whether `pid` is still a live process (absent, or a zombie waiting to be reaped, is not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn sandboxd_dies_with_a_killed_terminator() {
+    let ca = Ca::new("ca");
+    let mut pod = Pod::start(&ca.leaf(&[SERVER_NAME]));
+    let pid = pod.sandboxd_pid();
+    let line = pod.proc.wait_line("forwarding TLS 1.3");
+    let upstream = parse_addr_after(&line, "to sandboxd at ");
+    assert!(
+        TcpStream::connect(upstream).is_ok(),
+        "sandboxd listens on {upstream}"
+    );
+    // SIGKILL: the terminator runs none of its shutdown paths.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pod.proc.child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    pod.proc.wait_exit();
+    // The kernel's parent-death signal is delivered as the terminator exits; allow a margin
+    // for a loaded machine (this is a bound on a wait, not a timing assertion).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !alive(pid),
+        "sandboxd (pid {pid}) outlived its killed terminator"
+    );
+    assert!(
+        TcpStream::connect(upstream).is_err(),
+        "sandboxd's port {upstream} still accepts after the terminator was killed"
+    );
+}

@@ -24,7 +24,11 @@ Exit codes:
 
 Every call must carry `authorization: Bearer <token>` with a token from --token-file (one
 token per line; two lines during a rotation; the file is re-read every 2 s). Calls without
-it are refused, marked not dispatched (permission), before the payload is read.";
+it are refused, marked not dispatched (permission), before the payload is read.
+
+PLIMSOLL_SANDBOXD_PARENT_PID=<pid> (set by plimsoll-sandboxd-tls): sandboxd asks the kernel
+for SIGKILL when its parent dies, and exits at once (code 1) if its parent is not that
+process any more, so it never outlives the terminator that started it.";
 
 /// The runner inside a sandbox, behind a token-authenticated gRPC service.
 #[derive(Debug, Parser)]
@@ -118,8 +122,41 @@ fn init_logging(format: Option<&str>) {
     }
 }
 
+/// The variable through which a supervisor (plimsoll-sandboxd-tls) names itself, so sandboxd
+/// dies with it even when the supervisor is killed with SIGKILL.
+const PARENT_PID_VAR: &str = "PLIMSOLL_SANDBOXD_PARENT_PID";
+
+/// Ties sandboxd's life to the supervisor named by [`PARENT_PID_VAR`]: the kernel sends
+/// SIGKILL when the parent exits, and a parent that already died before the request was made
+/// (sandboxd then has another parent) ends sandboxd here. Unset: nothing is done (the Docker
+/// provider starts sandboxd as a container's entrypoint, where the container is the bound).
+fn die_with_parent() -> Result<(), String> {
+    let Ok(v) = std::env::var(PARENT_PID_VAR) else {
+        return Ok(());
+    };
+    let want: i32 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{PARENT_PID_VAR}={v:?} is not a process id"))?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("cannot ask for the parent-death signal: {e}"))?;
+    // Checked after the request: a parent that died between fork and here left us
+    // re-parented, and the signal will never come.
+    let parent = nix::unistd::getppid().as_raw();
+    if parent != want {
+        return Err(format!(
+            "the supervisor (pid {want}) is gone (parent is now pid {parent}); not starting"
+        ));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let flags = Flags::parse();
+    if let Err(e) = die_with_parent() {
+        eprintln!("plimsoll-sandboxd: {e}");
+        return ExitCode::from(1);
+    }
     init_logging(flags.log_format.as_deref());
 
     let auth = match (&flags.token_file, flags.insecure_no_token) {

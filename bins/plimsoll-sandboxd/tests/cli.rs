@@ -14,6 +14,31 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_plimsoll-sandboxd"))
 }
 
+/// A started sandboxd that is killed when the test ends, even by a failed assertion.
+struct Started(std::process::Child);
+
+impl std::ops::Deref for Started {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Started {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 #[test]
 fn refuses_to_start_without_a_token() {
     let out = bin().output().unwrap();
@@ -35,6 +60,30 @@ fn an_unusable_token_file_is_a_usage_error_naming_it() {
         err.contains("--token-file") && err.contains(&f.display().to_string()),
         "{err}"
     );
+}
+
+#[test]
+fn a_named_supervisor_that_is_not_the_parent_stops_startup() {
+    // PID 1 is never this test's pid, so sandboxd's parent is not the named supervisor: it must
+    // refuse before serving anything (it would otherwise outlive a dead terminator).
+    let out = bin()
+        .arg("--insecure-no-token")
+        .arg("--grpc-port=0")
+        .env("PLIMSOLL_SANDBOXD_PARENT_PID", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("supervisor (pid 1) is gone"), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+
+    let out = bin()
+        .arg("--insecure-no-token")
+        .env("PLIMSOLL_SANDBOXD_PARENT_PID", "not-a-pid")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a process id"));
 }
 
 #[test]
@@ -66,6 +115,7 @@ fn serves_on_a_unix_socket_with_the_token_and_stops_on_sigterm() {
         .arg("--log-format=json")
         .stderr(Stdio::piped())
         .spawn()
+        .map(Started)
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -146,6 +196,7 @@ fn given_languages_are_reported_without_a_proof() {
         .args(["--languages", "shell,python", "--log-format=json"])
         .stderr(Stdio::piped())
         .spawn()
+        .map(Started)
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();

@@ -528,8 +528,18 @@ impl FakeCluster {
         Ok(addr)
     }
 
-    /// Stops the API server and kills every pod.
+    /// Stops the API server and kills every pod (dropping the cluster does the same).
     pub async fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for FakeCluster {
+    /// Kills every pod's process group and stops the API server, so a test that panics
+    /// leaves nothing running. A pod still starting in a task at this moment is killed when
+    /// that task is dropped with the runtime (`kill_on_drop`), and its sandboxd dies with it
+    /// (the terminator's parent-death signal).
+    fn drop(&mut self) {
         self.server.abort();
         let mut s = lock(&self.inner);
         s.bound.clear();

@@ -135,6 +135,10 @@ pub enum NotReady {
     },
 }
 
+/// The variable that names the terminator to sandboxd, which then asks the kernel to kill it
+/// when the terminator dies (even by SIGKILL) and refuses to start if it already has.
+pub const PARENT_PID_VAR: &str = "PLIMSOLL_SANDBOXD_PARENT_PID";
+
 /// A running sandboxd child.
 #[derive(Debug)]
 pub struct Sandboxd {
@@ -143,9 +147,13 @@ pub struct Sandboxd {
 }
 
 impl Sandboxd {
-    /// Starts `bin` with `args` (stdin closed, stdout and stderr shared) and a reaper that
-    /// collects it and any orphan the terminator inherits as PID 1. Must run inside a tokio
-    /// runtime.
+    /// Starts `bin` with `args` (stdin closed, stdout and stderr shared, [`PARENT_PID_VAR`] set
+    /// to this process) and a reaper that collects it and any orphan the terminator inherits
+    /// as PID 1. Must run inside a tokio runtime.
+    ///
+    /// The kernel's parent-death signal belongs to the thread that forked the child, so call
+    /// this from a thread that lives as long as the process (the terminator's one-thread
+    /// runtime runs on its main thread).
     pub fn spawn(bin: &Path, args: &[String]) -> std::io::Result<Sandboxd> {
         // Listen for SIGCHLD before the child exists, so its exit cannot be missed.
         let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
@@ -153,6 +161,7 @@ impl Sandboxd {
         // handling must not race it for the status.
         let child = std::process::Command::new(bin)
             .args(args)
+            .env(PARENT_PID_VAR, std::process::id().to_string())
             .stdin(std::process::Stdio::null())
             .spawn()?;
         let pid = Pid::from_raw(child.id() as i32);
