@@ -122,3 +122,28 @@ fn bad_documents_exit_1_and_bad_flags_exit_2() {
     let out = specgen(&["--version"], b"");
     assert_eq!(out.status.code(), Some(0));
 }
+
+#[test]
+fn a_megabyte_of_yaml_merge_keys_exits_1_naming_the_limit() {
+    // 40,000 keys merged through 150,000 aliases: 6e9 entries to look at, and, merged by
+    // scanning, 40,000 comparisons each.
+    let mut doc =
+        String::from("openapi: 3.1.0\nservers: [{url: 'https://a.example'}]\npaths: {}\nx-s: &S {");
+    for i in 0..40_000 {
+        doc.push_str(&format!("k{i}: 0, "));
+    }
+    doc.push_str("}\nx-l: &L [");
+    doc.push_str(&"*S, ".repeat(150_000));
+    doc.push_str("]\nx-m: {<<: *L}\n");
+    assert!(doc.len() >= 1_000_000);
+    let out = specgen(&["--fragment"], doc.as_bytes());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(
+            "plimsoll-specgen: malformed YAML: merge keys (<<) bring in more than 1000000 entries at line 6"
+        ),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}

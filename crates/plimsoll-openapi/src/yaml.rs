@@ -2,11 +2,12 @@
 //!
 //! Aliases share the anchored node (`Rc`), so a "billion laughs" document costs memory in
 //! proportion to its text, never to its expansion; on top of that the number of aliases,
-//! the nesting depth (counting what an alias brings in) and merge-key copies are bounded,
-//! and every limit hit is an error naming it. One document per stream; complex (non-scalar)
+//! the nesting depth (counting what an alias brings in) and merge-key work (entries looked
+//! at, bytes hashed and copied; a set of keys makes each entry one lookup) are bounded,
+//! and every limit hit is an error naming it. [`read_counted`] reports the work done. One document per stream; complex (non-scalar)
 //! mapping keys are refused.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 use saphyr_parser::{Event, Parser, ScalarStyle};
@@ -20,9 +21,9 @@ pub struct YamlLimits {
     pub max_depth: usize,
     /// Alias uses.
     pub max_aliases: usize,
-    /// Entries copied by merge keys (`<<`), in total.
+    /// Entries of merge sources (`<<`) looked at, in total (copied or already present).
     pub max_merged_entries: usize,
-    /// Bytes of keys and scalar values merge keys copy, in total.
+    /// Bytes merge keys hash and copy (keys, and scalar values copied), in total.
     pub max_merged_bytes: usize,
 }
 
@@ -45,10 +46,10 @@ pub struct YamlStats {
     pub events: u64,
     /// Alias uses.
     pub aliases: u64,
-    /// Merge-key (`<<`) work: every entry of a merge source looked at, plus every key
-    /// comparison made to decide whether it is already present.
+    /// Merge-key (`<<`) work: every entry of a merge source looked at (one set lookup
+    /// each), whether its key was already present or not.
     pub merge_steps: u64,
-    /// Bytes of keys and scalar values merge keys copied.
+    /// Bytes of keys merge keys hashed, plus bytes of keys and scalar values they copied.
     pub merge_bytes: u64,
 }
 
@@ -115,7 +116,6 @@ struct Builder {
     stack: Vec<Frame>,
     anchors: HashMap<usize, (Node, usize)>,
     aliases: usize,
-    merged: usize,
     stats: YamlStats,
     root: Option<Node>,
     documents: usize,
@@ -186,42 +186,55 @@ impl Builder {
         Ok(())
     }
 
+    /// One unit of merge work: an entry of a merge source looked at, whose key of
+    /// `key_bytes` bytes is hashed once. Errors past either merge limit.
+    fn merge_step(&mut self, key_bytes: usize) -> Result<(), YamlError> {
+        self.stats.merge_steps += 1;
+        if self.stats.merge_steps > self.limits.max_merged_entries as u64 {
+            return Err(self.err(format!(
+                "merge keys (<<) bring in more than {} entries",
+                self.limits.max_merged_entries
+            )));
+        }
+        self.merge_bytes(key_bytes as u64)
+    }
+
+    fn merge_bytes(&mut self, n: u64) -> Result<(), YamlError> {
+        self.stats.merge_bytes += n;
+        if self.stats.merge_bytes > self.limits.max_merged_bytes as u64 {
+            return Err(self.err(format!(
+                "merge keys (<<) hash or copy more than {} bytes of keys and values",
+                self.limits.max_merged_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Applies a mapping's merge keys: its own entries first, then each source's entries
+    /// whose key is not yet present, earlier sources first. Each entry looked at costs one
+    /// set lookup and counts against the limits, present or not.
     fn merge(&mut self, entries: Vec<(String, Node)>) -> Result<Vec<(String, Node)>, YamlError> {
         if !entries.iter().any(|(k, _)| k == "<<") {
             return Ok(entries);
         }
         let (merges, mut own): (Vec<_>, Vec<_>) = entries.into_iter().partition(|(k, _)| k == "<<");
+        let mut present: HashSet<String> = own.iter().map(|(k, _)| k.clone()).collect();
+        let not_a_mapping = "a merge key (<<) must name a mapping or a list of mappings";
         for (_, m) in merges {
             let sources: Vec<Node> = match m {
                 Node::Map(_) => vec![m],
                 Node::Seq(s) => s.iter().cloned().collect(),
-                _ => {
-                    return Err(
-                        self.err("a merge key (<<) must name a mapping or a list of mappings")
-                    )
-                }
+                _ => return Err(self.err(not_a_mapping)),
             };
             for src in sources {
                 let Node::Map(src) = src else {
-                    return Err(
-                        self.err("a merge key (<<) must name a mapping or a list of mappings")
-                    );
+                    return Err(self.err(not_a_mapping));
                 };
                 for (k, v) in src.iter() {
-                    self.stats.merge_steps += 1;
-                    let stats = &mut self.stats;
-                    if !own.iter().any(|(o, _)| {
-                        stats.merge_steps += 1;
-                        o == k
-                    }) {
-                        self.merged += 1;
-                        if self.merged > self.limits.max_merged_entries {
-                            return Err(self.err(format!(
-                                "merge keys (<<) copy more than {} entries",
-                                self.limits.max_merged_entries
-                            )));
-                        }
-                        self.stats.merge_bytes += k.len() as u64 + scalar_bytes(v);
+                    self.merge_step(k.len())?;
+                    if !present.contains(k.as_str()) {
+                        self.merge_bytes(k.len() as u64 + scalar_bytes(v))?;
+                        present.insert(k.clone());
                         own.push((k.clone(), v.clone()));
                     }
                 }
@@ -332,7 +345,6 @@ pub fn read_counted(text: &str, limits: YamlLimits) -> (Result<Node, YamlError>,
         stack: Vec::new(),
         anchors: HashMap::new(),
         aliases: 0,
-        merged: 0,
         stats: YamlStats::default(),
         root: None,
         documents: 0,
@@ -384,6 +396,57 @@ mod tests {
         assert_eq!(n.get("c"), n.get("a"));
         assert!(n.get("d").unwrap().get("b").is_some());
         assert_eq!(n.get("200").unwrap().as_str(), Some("ok"));
+    }
+
+    #[test]
+    fn merge_keys_keep_own_entries_and_earlier_sources_first() {
+        let n = read(
+            "a: &a {x: 1, y: 1}\nb: &b {y: 2, z: 2}\nm: {<<: [*a, *b], x: 0}\n",
+            YamlLimits::default(),
+        )
+        .unwrap();
+        let m = n.get("m").unwrap();
+        let got: Vec<_> = m
+            .entries()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let num = |s: &str| Node::Number(s.into());
+        assert_eq!(got, vec![("x", num("0")), ("y", num("1")), ("z", num("2"))]);
+        let (_, stats) = read_counted(
+            "a: &a {x: 1, y: 1}\nb: &b {y: 2, z: 2}\nm: {<<: [*a, *b], x: 0}\n",
+            YamlLimits::default(),
+        );
+        // Four entries looked at; y and z copied (x is the mapping's own).
+        assert_eq!(stats.merge_steps, 4);
+        assert_eq!(stats.merge_bytes, 4 + 2 + 2);
+        for (limits, needle) in [
+            (
+                YamlLimits {
+                    max_merged_entries: 3,
+                    ..Default::default()
+                },
+                "more than 3 entries",
+            ),
+            (
+                YamlLimits {
+                    max_merged_bytes: 5,
+                    ..Default::default()
+                },
+                "more than 5 bytes",
+            ),
+        ] {
+            let e = read(
+                "a: &a {x: 1, y: 1}\nb: &b {y: 2, z: 2}\nm: {<<: [*a, *b]}\n",
+                limits,
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains(needle), "{e}");
+            assert!(e.line.is_some(), "{e}");
+        }
+        assert!(read("m: {<<: 1}\n", YamlLimits::default()).is_err());
+        assert!(read("m: {<<: [1]}\n", YamlLimits::default()).is_err());
     }
 
     #[test]

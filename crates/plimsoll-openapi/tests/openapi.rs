@@ -2,7 +2,7 @@
 //! JSON and YAML, with and without a server base path, with server variables, with `$ref`s,
 //! and malformed.
 
-use plimsoll_openapi::{read, Options, SpecError};
+use plimsoll_openapi::{read, read_yaml_counted, Options, SpecError, YamlLimits};
 
 const CLOUDFLARE_LIKE_JSON: &str = r##"{
   "openapi": "3.0.3",
@@ -306,4 +306,85 @@ fn fuzz_entry_point_takes_garbage() {
     ] {
         plimsoll_openapi::fuzz_read(d);
     }
+}
+
+const HEAD: &str = "openapi: 3.1.0\nservers: [{url: 'https://a.example'}]\npaths: {}\n";
+
+/// `x-s: &S {k0: 0, ..}` with `keys` keys, `x-l: &L [*S, ..]` with `aliases` aliases and
+/// `x-m: {<<: *L}`: merging looks at keys × aliases entries, each against every key already
+/// merged (cubic in the document's length when done by scanning).
+fn merge_bomb(keys: usize, aliases: usize) -> String {
+    let mut d = String::from(HEAD);
+    d.push_str("x-s: &S {");
+    for i in 0..keys {
+        d.push_str(&format!("k{i}: 0, "));
+    }
+    d.push_str("}\nx-l: &L [");
+    d.push_str(&"*S, ".repeat(aliases));
+    d.push_str("]\nx-m: {<<: *L}\n");
+    d
+}
+
+/// A mapping of `keys` keys of `key_bytes` bytes each, merged into `maps` small mappings:
+/// copying the keys costs maps × keys × key_bytes bytes.
+fn merge_copy_bomb(keys: usize, key_bytes: usize, maps: usize) -> String {
+    let mut d = String::from(HEAD);
+    d.push_str("x-s: &S {");
+    for i in 0..keys {
+        d.push_str(&format!("{i:x<key_bytes$}: 0, "));
+    }
+    d.push_str("}\n");
+    for i in 0..maps {
+        d.push_str(&format!("m{i}: {{<<: *S}}\n"));
+    }
+    d
+}
+
+#[test]
+fn yaml_merge_keys_stay_within_their_limits_even_in_a_megabyte() {
+    let limits = YamlLimits::default();
+    let max_steps = limits.max_merged_entries as u64 + 1;
+    // 400 × 1000 merged entries: under the limit, a result.
+    let small = merge_bomb(400, 1000);
+    let (node, stats) = read_yaml_counted(&small, limits);
+    assert!(
+        stats.merge_steps <= max_steps,
+        "{} bytes: {stats:?}",
+        small.len()
+    );
+    let merged = node.unwrap();
+    assert_eq!(merged.get("x-m").unwrap().entries().unwrap().len(), 400);
+    // The reported 41 KB shape, and a megabyte of it: a clear error, at the limit.
+    for (keys, aliases) in [(3000, 7000), (40_000, 150_000)] {
+        let doc = merge_bomb(keys, aliases);
+        let (node, stats) = read_yaml_counted(&doc, limits);
+        assert!(
+            stats.merge_steps <= max_steps,
+            "{} bytes: {stats:?}",
+            doc.len()
+        );
+        assert!(stats.events <= doc.len() as u64, "{stats:?}");
+        let e = node.unwrap_err();
+        assert!(e.message.contains("merge keys"), "{e}");
+    }
+    let mb = merge_bomb(40_000, 150_000);
+    assert!(mb.len() >= 1_000_000, "{}", mb.len());
+    let e = read(mb.as_bytes(), &opts()).unwrap_err();
+    assert!(
+        e.to_string().starts_with("malformed YAML: merge keys (<<)"),
+        "{e}"
+    );
+
+    // A megabyte of long keys merged into many small mappings: the copies are bounded by
+    // bytes, not only by entries (16 keys × 32 KiB into 40,000 mappings would be 20 GiB).
+    let copies = merge_copy_bomb(16, 32 * 1024, 40_000);
+    assert!(copies.len() >= 1_000_000, "{}", copies.len());
+    let (node, stats) = read_yaml_counted(&copies, limits);
+    assert!(
+        stats.merge_bytes <= limits.max_merged_bytes as u64 + 32 * 1024 + 64,
+        "{stats:?}"
+    );
+    assert!(stats.merge_steps <= max_steps, "{stats:?}");
+    let e = node.unwrap_err();
+    assert!(e.message.contains("merge keys"), "{e}");
 }
