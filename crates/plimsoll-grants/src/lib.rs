@@ -11,12 +11,16 @@
 //!
 //! - **Query strings** are forwarded unchanged (after a syntax check) but are never part of
 //!   matching and never recorded: a query is an argument of the call, like its body.
+//! - **Method overrides** (`_method` in the query or body, `X-HTTP-Method-Override` and
+//!   its kin) are refused (`method_override`), so the method the grant judged is the one
+//!   the upstream acts on.
 //! - **Headers**: only `Content-Type` and `Accept` from the sandbox are forwarded; only
 //!   `Content-Type` comes back. Redirects are not followed; no proxy is used.
 //! - **Credentials** are read once, when plimsolld starts (environment variable or file).
 //! - **Relay**: plain HTTP/1.1 on `127.0.0.1:<ephemeral>` (or a Unix socket a provider
 //!   names), with a 256-bit random secret per run in the `x-plimsoll-grant-secret` header.
 
+pub mod method_override;
 pub mod profile;
 pub mod relay;
 pub mod route;

@@ -18,6 +18,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::method_override;
 use crate::route::{check_target, Verdict};
 use crate::trace::{method_name, Call, Outcome, UNMATCHED};
 use crate::{env_names, RunState};
@@ -352,6 +353,14 @@ async fn forward(
             "the request body is over the grant's request_bytes",
         );
     }
+    if let Err(e) = method_override::check_head(req.headers(), checked.query) {
+        return refuse(
+            row,
+            StatusCode::FORBIDDEN,
+            "method_override",
+            &e.to_string(),
+        );
+    }
     let content_type = clean_header(req.headers().get(header::CONTENT_TYPE));
     let accept = clean_header(req.headers().get(header::ACCEPT));
     let method = req.method().clone();
@@ -381,6 +390,14 @@ async fn forward(
         }
     };
     row.request_bytes = body.len() as u64;
+    if let Err(e) = method_override::check_body(&body) {
+        return refuse(
+            row,
+            StatusCode::FORBIDDEN,
+            "method_override",
+            &e.to_string(),
+        );
+    }
 
     let uri = format!("{}{}", profile.spec.origin, checked.path)
         + &checked.query.map(|q| format!("?{q}")).unwrap_or_default();

@@ -140,6 +140,26 @@ async fn call(
     target: &str,
     body: &str,
 ) -> Reply {
+    call_with(
+        ep,
+        secret,
+        method,
+        target,
+        "content-type: application/json\r\n",
+        body,
+    )
+    .await
+}
+
+/// [`call`] with `headers` (each line ending in `\r\n`) instead of the JSON content type.
+async fn call_with(
+    ep: &Endpoint,
+    secret: Option<&str>,
+    method: &str,
+    target: &str,
+    headers: &str,
+    body: &str,
+) -> Reply {
     let mut req = format!(
         "{method} {target} HTTP/1.1\r\nhost: relay\r\nconnection: close\r\ncontent-length: {}\r\n",
         body.len()
@@ -147,7 +167,8 @@ async fn call(
     if let Some(s) = secret {
         req.push_str(&format!("x-plimsoll-grant-secret: {s}\r\n"));
     }
-    req.push_str("content-type: application/json\r\nauthorization: Bearer sandbox-made-this-up\r\ncookie: a=b\r\n\r\n");
+    req.push_str(headers);
+    req.push_str("authorization: Bearer sandbox-made-this-up\r\ncookie: a=b\r\n\r\n");
     req.push_str(body);
     let mut out = Vec::new();
     match ep {
@@ -438,4 +459,199 @@ async fn calls_in_flight_are_capped_and_close_cuts_them() {
     // The held call is cut when the relay closes: the sandbox sees the connection end.
     let r = first.await.unwrap();
     assert_eq!(r.status, 0);
+}
+
+/// The method a Rails/Laravel/Symfony-style upstream acts on: for a POST, an override
+/// header, a `_method` query parameter, or a `_method` field of a form, multipart or JSON
+/// body.
+fn honoured_method(
+    method: &str,
+    target: &str,
+    headers: &BTreeMap<String, String>,
+    body: &[u8],
+) -> String {
+    if method != "POST" {
+        return method.to_owned();
+    }
+    for h in [
+        "x-http-method-override",
+        "x-http-method",
+        "x-method-override",
+    ] {
+        if let Some(v) = headers.get(h) {
+            return v.to_ascii_uppercase();
+        }
+    }
+    let form_value = |form: &str| {
+        form.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=')?;
+            (k.replace("%5F", "_").replace("%5f", "_") == "_method").then(|| v.to_ascii_uppercase())
+        })
+    };
+    if let Some(m) = target.split_once('?').and_then(|(_, q)| form_value(q)) {
+        return m;
+    }
+    let text = String::from_utf8_lossy(body);
+    let ct = headers
+        .get("content-type")
+        .map(String::as_str)
+        .unwrap_or("");
+    if ct.starts_with("application/x-www-form-urlencoded") {
+        if let Some(m) = form_value(&text) {
+            return m;
+        }
+    }
+    if ct.starts_with("multipart/form-data") {
+        if let Some((_, rest)) = text.split_once("name=\"_method\"\r\n\r\n") {
+            return rest.lines().next().unwrap_or("").to_ascii_uppercase();
+        }
+    }
+    // Laravel reads JSON whenever the type contains `/json` or `+json`.
+    if ct.contains("/json") || ct.contains("+json") {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+            if let Some(m) = v.get("_method").and_then(|m| m.as_str()) {
+                return m.to_ascii_uppercase();
+            }
+        }
+    }
+    method.to_owned()
+}
+
+/// A loopback upstream that honours method overrides, as Rails, Laravel and Symfony do,
+/// and records which handler ran (`DELETE /v1/items/1`, `POST /v1/items/1`).
+async fn honouring_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let handled: Arc<Mutex<Vec<String>>> = Default::default();
+    let handled2 = handled.clone();
+    tokio::spawn(async move {
+        loop {
+            let (s, _) = l.accept().await.unwrap();
+            let handled = handled2.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let handled = handled.clone();
+                        async move {
+                            let method = req.method().to_string();
+                            let target = req
+                                .uri()
+                                .path_and_query()
+                                .map(|p| p.to_string())
+                                .unwrap_or_default();
+                            let headers: BTreeMap<String, String> = req
+                                .headers()
+                                .iter()
+                                .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
+                                .collect();
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let acted = honoured_method(&method, &target, &headers, &body);
+                            let path = target.split('?').next().unwrap_or("").to_owned();
+                            handled.lock().unwrap().push(format!("{acted} {path}"));
+                            let status = if acted == "DELETE" { 204 } else { 201 };
+                            let mut r = hyper::Response::new(Full::new(Bytes::new()));
+                            *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                            Ok::<_, std::convert::Infallible>(r)
+                        }
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, handled)
+}
+
+#[tokio::test]
+async fn a_post_only_grant_cannot_reach_delete_through_a_method_override() {
+    let (addr, handled) = honouring_upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = grants(
+        &format!(
+            r#"{{"base_url":"http://{addr}","routes":["POST /v1/items/{{id}}"],"allowed_callers":["*"]}}"#
+        ),
+        &[],
+        dir.path(),
+    );
+    let grant = g.grant("p", "x").unwrap();
+    let relay = grant.open_loopback().await.unwrap();
+    let (ep, s) = (relay.endpoint().clone(), relay.secret().to_owned());
+
+    // The granted call itself goes through, and the upstream runs its POST handler.
+    let json = "content-type: application/json\r\n";
+    let plain = call_with(&ep, Some(&s), "POST", "/v1/items/1", json, r#"{"a":1}"#).await;
+    assert_eq!(plain.status, 201, "{}", plain.body);
+    assert_eq!(*handled.lock().unwrap(), vec!["POST /v1/items/1"]);
+    handled.lock().unwrap().clear();
+
+    let form = "content-type: application/x-www-form-urlencoded\r\n";
+    let multipart = "content-type: multipart/form-data; boundary=B\r\n";
+    let part = "--B\r\ncontent-disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--B--\r\n";
+    let cases: [(&str, &str, &str, &str); 10] = [
+        ("query", "/v1/items/1?_method=DELETE", json, ""),
+        (
+            "encoded query",
+            "/v1/items/1?a=1&%5Fmethod=DELETE",
+            json,
+            "",
+        ),
+        (
+            "X-HTTP-Method-Override",
+            "/v1/items/1",
+            "x-http-method-override: DELETE\r\n",
+            "",
+        ),
+        (
+            "X-HTTP-Method",
+            "/v1/items/1",
+            "X-HTTP-Method: DELETE\r\n",
+            "",
+        ),
+        (
+            "X-Method-Override",
+            "/v1/items/1",
+            "x-method-override: DELETE\r\n",
+            "",
+        ),
+        ("form body", "/v1/items/1", form, "a=1&_method=DELETE"),
+        ("encoded form body", "/v1/items/1", form, "%5Fmethod=DELETE"),
+        ("multipart field", "/v1/items/1", multipart, part),
+        ("JSON body", "/v1/items/1", json, r#"{"_method":"DELETE"}"#),
+        (
+            "JSON body under another type",
+            "/v1/items/1",
+            "content-type: text/plain; x=/json\r\n",
+            r#"{"_method":"DELETE"}"#,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (label, target, headers, body) in cases {
+        let r = call_with(&ep, Some(&s), "POST", target, headers, body).await;
+        let reached: Vec<String> = std::mem::take(&mut *handled.lock().unwrap());
+        let refused = r.status == 403
+            && r.body.contains("\"method_override\"")
+            && r.headers.contains("x-plimsoll-broker: refused");
+        if !refused || !reached.is_empty() {
+            wrong.push(format!(
+                "{label}: relay answered {}, upstream ran {reached:?}",
+                r.status
+            ));
+        }
+    }
+    relay.close().await;
+    assert!(
+        wrong.is_empty(),
+        "method overrides got through:\n{}",
+        wrong.join("\n")
+    );
+
+    let t = grant.trace();
+    assert_eq!((t.forwarded, t.refused), (1, 10));
+    assert!(t.calls[1..]
+        .iter()
+        .all(|c| c.reason == Some("method_override") && c.route == "/v1/items/{id}"));
+    // The refusal names no part of the query or body either.
+    assert!(!serde_json::to_string(&t).unwrap().contains("DELETE"));
 }
