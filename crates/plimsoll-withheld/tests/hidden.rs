@@ -292,10 +292,15 @@ fn png_and_pdf_flate_streams_are_decoded() {
     let set = set();
     let lim = Limits::default();
     let width = 1000u32;
-    let mut pixels = noise(200_000, 4);
+    // Compressible pixels, so the canary is not kept verbatim in a stored deflate block.
+    let mut pixels: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8 / 8).collect();
     pixels[123_456..123_456 + CANARY.len()].copy_from_slice(CANARY);
     let img = png(width, &pixels, &answers());
-    // The canary never sits whole in one row's bytes with a filter byte inside: a row is 1000.
+    assert!(
+        !img.windows(CANARY.len()).any(|w| w == CANARY),
+        "the canary is not in the PNG's bytes as they are"
+    );
+    // The canary sits inside one row (rows are 1000 bytes, it starts at 456 of row 123).
     let scan = scan_file_bytes("img.png", &img, &set, &lim);
     assert!(
         found(&scan, "canary-1", "img.png"),
@@ -325,7 +330,9 @@ fn png_and_pdf_flate_streams_are_decoded() {
     let mut content = b"BT /F1 12 Tf 72 712 Td (".to_vec();
     content.extend_from_slice(CANARY);
     content.extend_from_slice(b") Tj ET\n");
+    content.extend_from_slice(&b"0 0 m 100 100 l S\n".repeat(50));
     let z = zlib(&content);
+    assert!(!z.windows(CANARY.len()).any(|w| w == CANARY));
     let mut pdf =
         b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n"
             .to_vec();
