@@ -13,6 +13,12 @@
 //!   last 64 KiB (where extractors look for it) that no successful walk reached makes the file
 //!   unreadable too (`format:zip-unreached`): a zip an extractor opens is never passed unread.
 //!
+//! - **PDF stream filters it does not decode**: a file that starts with `%PDF-` and names a
+//!   filter other than FlateDecode (`/LZWDecode`, `/ASCII85Decode`, `/ASCIIHexDecode`,
+//!   `/RunLengthDecode`, `/JBIG2Decode`, `/Crypt`, their short forms) or an `/Encrypt`
+//!   dictionary is unreadable `format:pdf-filter` (`format:pdf-encrypted`): its FlateDecode
+//!   streams are read, the rest would pass unread.
+//!
 //! Bytes are matched as they are in every case (the file's own space sees every byte); this
 //! only adds what decoding reveals.
 
@@ -38,17 +44,80 @@ const PROBE_IN: u64 = 256;
 /// Output the probe decodes into.
 const PROBE_OUT: usize = 64 << 10;
 
+/// PDF names of filters the scan does not decode, and of encryption.
+const PDF_NAMES: [(&[u8], &str); 12] = [
+    (b"/LZWDecode", "format:pdf-filter"),
+    (b"/ASCII85Decode", "format:pdf-filter"),
+    (b"/ASCIIHexDecode", "format:pdf-filter"),
+    (b"/RunLengthDecode", "format:pdf-filter"),
+    (b"/JBIG2Decode", "format:pdf-filter"),
+    (b"/Crypt", "format:pdf-filter"),
+    (b"/LZW", "format:pdf-filter"),
+    (b"/A85", "format:pdf-filter"),
+    (b"/AHx", "format:pdf-filter"),
+    (b"/RL", "format:pdf-filter"),
+    (b"/Encrypt", "format:pdf-encrypted"),
+    (b"/EncryptMetadata", "format:pdf-encrypted"),
+];
+
+/// Looks for [`PDF_NAMES`] in a PDF's bytes as they stream by.
+#[derive(Default)]
+struct PdfNames {
+    carry: Vec<u8>,
+    hit: Option<&'static str>,
+}
+
+impl PdfNames {
+    fn feed(&mut self, buf: &[u8]) {
+        if self.hit.is_some() {
+            return;
+        }
+        let mut joined = std::mem::take(&mut self.carry);
+        joined.extend_from_slice(&buf[..buf.len().min(24)]);
+        self.search(&joined);
+        self.search(buf);
+        let keep = if buf.len() >= 24 {
+            &buf[buf.len() - 24..]
+        } else {
+            &joined[joined.len().saturating_sub(24)..]
+        };
+        self.carry = keep.to_vec();
+    }
+
+    fn search(&mut self, d: &[u8]) {
+        let mut i = 0;
+        while let Some(k) = d[i..].iter().position(|&b| b == b'/') {
+            let at = i + k;
+            for (name, reason) in PDF_NAMES {
+                // A name ends at a delimiter or white space (`/RL` is not `/RLE`).
+                if d[at..].starts_with(name)
+                    && d.get(at + name.len())
+                        .is_some_and(|&c| !c.is_ascii_alphanumeric())
+                {
+                    self.hit = Some(reason);
+                    return;
+                }
+            }
+            i = at + 1;
+        }
+    }
+}
+
 /// Keeps the last [`TAIL`] bytes of a reader and counts what went through.
 struct Tail<'r> {
     inner: &'r mut dyn Read,
     ring: Vec<u8>,
     w: usize,
     pos: u64,
+    pdf: Option<PdfNames>,
 }
 
 impl Read for Tail<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
+        if let Some(p) = self.pdf.as_mut() {
+            p.feed(&buf[..n]);
+        }
         self.pos += n as u64;
         let mut d = &buf[..n];
         if d.len() > TAIL {
@@ -209,6 +278,7 @@ impl Scan<'_> {
             ring: Vec::new(),
             w: 0,
             pos: 0,
+            pdf: None,
         };
         let mut win: Vec<u8> = Vec::new();
         let mut from = 0usize;
@@ -240,6 +310,11 @@ impl Scan<'_> {
                 win.len().saturating_sub(KEEP)
             };
             let win_off = tail.pos - win.len() as u64;
+            if win_off == 0 && win.starts_with(b"%PDF-") && tail.pdf.is_none() {
+                let mut names = PdfNames::default();
+                names.feed(&win);
+                tail.pdf = Some(names);
+            }
             let found = if stop {
                 None
             } else {
@@ -356,6 +431,9 @@ impl Scan<'_> {
             } else {
                 0
             };
+        }
+        if let Some(reason) = tail.pdf.as_ref().and_then(|p| p.hit) {
+            self.unreadable(node.path, reason.into(), node.path_size);
         }
         // A zip an extractor would open (its end record where they look) that no walk reached.
         let (tail_bytes, tail_start) = tail.kept();

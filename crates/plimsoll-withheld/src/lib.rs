@@ -15,7 +15,7 @@ use std::path::Path;
 
 mod carve;
 mod engine;
-mod git;
+pub mod git;
 mod image;
 pub mod known;
 pub mod limits;

@@ -288,7 +288,7 @@ fn png(width: u32, pixels: &[u8], text: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn png_and_pdf_flate_streams_are_decoded() {
+fn png_and_pdf_flate_streams_are_decoded_and_other_pdf_filters_are_unreadable() {
     let set = set();
     let lim = Limits::default();
     let width = 1000u32;
@@ -353,6 +353,21 @@ fn png_and_pdf_flate_streams_are_decoded() {
         scan.unreadable
     );
     assert!(scan.unreadable.is_empty(), "{:?}", scan.unreadable);
+    // A filter the scan does not decode makes the PDF unreadable, never passed.
+    let mut a85 = pdf.clone();
+    let at = pdf.windows(12).position(|w| w == b"/FlateDecode").unwrap();
+    a85.splice(
+        at..at + 12,
+        b"[/ASCII85Decode /FlateDecode]".iter().copied(),
+    );
+    let scan = scan_file_bytes("a85.pdf", &a85, &set, &lim);
+    assert!(
+        scan.unreadable
+            .iter()
+            .any(|(p, r, _)| p == "a85.pdf" && r == "format:pdf-filter"),
+        "{:?}",
+        scan.unreadable
+    );
 }
 
 #[test]
