@@ -13,6 +13,17 @@
 //!
 //! Rounds alternate baseline and scan after a warm-up export, and the best of each is kept.
 //! Everything it creates (files, archive, image) is removed at the end unless `--keep`.
+//!
+//! Then the hostile inputs (no engine needed; `--hostile-only` runs just these): `docker save`
+//! archives built here whose layer holds one hostile file each, scanned as
+//! `scan-image docker-archive:PATH`, each with its peak RSS against the 64 MiB bound and
+//! against the baseline of a benign archive of the same shape (16 MiB of random bytes):
+//! - `nested-windows`: 16 MiB of random bytes inside six alternating zstd (`--long=24`, a
+//!   16 MiB window) and xz (`-7`, a 16 MiB dictionary) layers, each window filled;
+//! - `zstd-bomb`: 4 GiB of zeros in zstd;
+//! - `zip-bomb-nested`: a zip of 16 zips of 16 zips ... of 4 MiB of zeros (five levels,
+//!   256 GiB decoded), every level alone below the ratio limit;
+//! - `gzip-deep`: a text file inside 16 nested gzip streams (deeper than the depth limit).
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -28,7 +39,9 @@ usage: cargo xtask bench scan [--size-mib N] [--rounds N] [--no-build] [--keep]
   --rounds N     baseline/scan pairs after the warm-up (default 2)
   --no-build     use target/release/plimsoll-withheld as it is
   --keep         keep the generated files, archive and image
-  --no-peer      skip the detect-secrets peer figure (it takes minutes per GiB)";
+  --no-peer      skip the detect-secrets peer figure (it takes minutes per GiB)
+  --hostile-only only the hostile inputs (no engine, no 1 GiB image)
+  --bin PATH     scan with this plimsoll-withheld binary (implies --no-build)";
 
 const CANARY_A: &[u8] = b"bench-canary-A-3b1f9e77c2"; // 25 bytes, in a random file
 const CANARY_B: &[u8] = b"bench-canary-B-value-0123456789abcdefXYZ"; // 40, in text and .gz
@@ -40,6 +53,8 @@ struct Options {
     build: bool,
     keep: bool,
     peer: bool,
+    hostile_only: bool,
+    bin: Option<PathBuf>,
 }
 
 fn parse(args: &[&str]) -> anyhow::Result<Options> {
@@ -49,6 +64,8 @@ fn parse(args: &[&str]) -> anyhow::Result<Options> {
         build: true,
         keep: false,
         peer: true,
+        hostile_only: false,
+        bin: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -58,6 +75,11 @@ fn parse(args: &[&str]) -> anyhow::Result<Options> {
             "--no-build" => o.build = false,
             "--keep" => o.keep = true,
             "--no-peer" => o.peer = false,
+            "--hostile-only" => o.hostile_only = true,
+            "--bin" => {
+                o.bin = Some(PathBuf::from(it.next().context(USAGE)?));
+                o.build = false;
+            }
             _ => bail!("unknown argument {a:?}\n{USAGE}"),
         }
     }
@@ -353,7 +375,13 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
     if o.build {
         crate::dist::build_release(&["plimsoll-withheld-bin"])?;
     }
-    let bin = crate::dist::release_bin("plimsoll-withheld")?;
+    let bin = match &o.bin {
+        Some(b) => b.clone(),
+        None => crate::dist::release_bin("plimsoll-withheld")?,
+    };
+    if o.hostile_only {
+        return hostile(&bin, o.keep);
+    }
     sh(Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]))
         .context("bench scan needs a Docker engine")?;
 
@@ -362,7 +390,7 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
     let archive_size = std::fs::metadata(&g.archive)?.len();
     eprintln!("bench: docker load ({} MiB archive)", archive_size >> 20);
     sh(Command::new("docker").arg("load").arg("-i").arg(&g.archive))?;
-    let result = measure_all(&o, &bin, &g, archive_size);
+    let result = measure_all(&o, &bin, &g, archive_size).and_then(|()| hostile(&bin, o.keep));
     if !o.keep {
         let _ = Command::new("docker").args(["rmi", "-f", &g.tag]).output();
     } else {
@@ -475,6 +503,200 @@ fn measure_all(o: &Options, bin: &Path, g: &Generated, archive_size: u64) -> any
         if peak_mib <= 64.0 { "met" } else { "NOT met" }
     );
     println!("findings in the scan: {finds} ({})", ids.join(", "));
+    Ok(())
+}
+
+/// A `docker save` archive whose one layer holds `files` (name in the layer, source file).
+fn save_archive(work: &Path, label: &str, files: &[(&str, PathBuf)]) -> anyhow::Result<PathBuf> {
+    let lp = work.join(format!("{label}.layer.tar"));
+    {
+        let mut w = BufWriter::with_capacity(1 << 20, File::create(&lp)?);
+        for (name, src) in files {
+            tar_append(&mut w, name, src)?;
+        }
+        w.write_all(&[0u8; 1024])?;
+        w.flush()?;
+    }
+    let diff = format!("sha256:{}", sha256_file(&lp)?);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": { "Labels": { "io.plimsoll.bench": label } },
+        "rootfs": { "type": "layers", "diff_ids": [diff] },
+    }))?;
+    let config_hex = sha256_bytes(work, &config)?;
+    let archive = work.join(format!("{label}.tar"));
+    let mut w = BufWriter::with_capacity(1 << 20, File::create(&archive)?);
+    let layer_name = format!("{}/layer.tar", &diff["sha256:".len()..]);
+    tar_append(&mut w, &layer_name, &lp)?;
+    let cfg = work.join(format!("{label}.config.json"));
+    std::fs::write(&cfg, &config)?;
+    tar_append(&mut w, &format!("{config_hex}.json"), &cfg)?;
+    let manifest = work.join(format!("{label}.manifest.json"));
+    std::fs::write(
+        &manifest,
+        serde_json::to_vec(&serde_json::json!([{
+            "Config": format!("{config_hex}.json"), "RepoTags": [format!("plimsoll-bench-hostile:{label}")],
+            "Layers": [layer_name],
+        }]))?,
+    )?;
+    tar_append(&mut w, "manifest.json", &manifest)?;
+    w.write_all(&[0u8; 1024])?;
+    w.flush()?;
+    drop(w);
+    std::fs::remove_file(&lp)?;
+    Ok(archive)
+}
+
+/// Runs `sh -c SCRIPT` with `$1`.. as `args` (the generators pipe through zstd, xz, python3).
+fn shell(script: &str, args: &[&Path]) -> anyhow::Result<()> {
+    let mut c = Command::new("sh");
+    c.arg("-c").arg(script).arg("sh").args(args);
+    sh(&mut c).map(|_| ())
+}
+
+const ZIP_BOMB: &str = "
+import io, sys, zipfile
+def z(members):
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, 'w', zipfile.ZIP_DEFLATED) as f:
+        for n, d in members:
+            f.writestr(n, d)
+    return b.getvalue()
+level = z([('zeros', bytes(4 << 20))])
+for _ in range(4):
+    level = z([('l%d.zip' % i, level) for i in range(16)])
+open(sys.argv[1], 'wb').write(level)
+";
+
+/// Generates the hostile inputs and the benign baseline, scans each, prints the table.
+fn hostile(bin: &Path, keep: bool) -> anyhow::Result<()> {
+    let work = tempfile::Builder::new()
+        .prefix("bench-hostile-")
+        .tempdir()?;
+    let w = work.path();
+    eprintln!("bench: generating hostile inputs in {}", w.display());
+    let set = w.join("withheld.json");
+    let vf = w.join("v");
+    std::fs::write(&vf, CANARY_C)?;
+    sh(Command::new(bin)
+        .args(["add", "-set"])
+        .arg(&set)
+        .args(["-id", "never-planted", "-mode", "refuse", "-value-file"])
+        .arg(&vf))?;
+    let random = w.join("random.bin");
+    shell("head -c 16777216 /dev/urandom > \"$1\"", &[&random])?;
+    let benign = save_archive(w, "benign", &[("data/random.bin", random.clone())])?;
+
+    let mut inputs: Vec<(&str, PathBuf)> = Vec::new();
+    // Six nested decoders, each window filled by 16 MiB of random bytes.
+    let mut cur = random.clone();
+    for i in 0..6 {
+        let next = w.join(format!("nested.{i}"));
+        if i % 2 == 0 {
+            shell(
+                "cat \"$1\" | zstd -q -1 --long=24 -c > \"$2\"",
+                &[&cur, &next],
+            )?;
+        } else {
+            shell("cat \"$1\" | xz -q -7 -T1 -c > \"$2\"", &[&cur, &next])?;
+        }
+        if cur != random {
+            std::fs::remove_file(&cur)?;
+        }
+        cur = next;
+    }
+    inputs.push((
+        "nested-windows",
+        save_archive(w, "nested-windows", &[("data/nested.bin", cur)])?,
+    ));
+    let bomb = w.join("zeros.zst");
+    shell(
+        "head -c 4294967296 /dev/zero | zstd -q -1 -c > \"$1\"",
+        &[&bomb],
+    )?;
+    inputs.push((
+        "zstd-bomb",
+        save_archive(w, "zstd-bomb", &[("data/zeros.zst", bomb)])?,
+    ));
+    let zb = w.join("42.zip");
+    sh(Command::new("python3").args(["-c", ZIP_BOMB]).arg(&zb))?;
+    inputs.push((
+        "zip-bomb-nested",
+        save_archive(w, "zip-bomb-nested", &[("data/42.zip", zb)])?,
+    ));
+    let mut deep = w.join("deep.0");
+    std::fs::write(&deep, text_block(7, 1 << 20))?;
+    for i in 1..=16 {
+        let next = w.join(format!("deep.{i}"));
+        shell("gzip -c \"$1\" > \"$2\"", &[&deep, &next])?;
+        std::fs::remove_file(&deep)?;
+        deep = next;
+    }
+    inputs.push((
+        "gzip-deep",
+        save_archive(w, "gzip-deep", &[("data/deep.gz", deep)])?,
+    ));
+
+    let scan = |archive: &Path| {
+        measure(
+            Command::new(bin)
+                .args(["scan-image", "-set"])
+                .arg(&set)
+                .args(["-format", "json"])
+                .arg(format!("docker-archive:{}", archive.display())),
+        )
+    };
+    let base = scan(&benign)?;
+    ensure!(
+        base.code == 0,
+        "the benign archive should pass, exit {}",
+        base.code
+    );
+    println!("ship scan on hostile inputs: peak RSS against the 64 MiB bound; baseline: the same");
+    println!("scan of a benign archive of 16 MiB of random bytes (one layer, one file)");
+    println!(
+        "{:<18} {:>10} {:>9} {:>13} {:>9} {:>6}  unreadable reasons",
+        "input", "archive KiB", "seconds", "peak RSS MiB", "x base", "exit"
+    );
+    let row = |name: &str, archive: &Path, m: &Measure| -> anyhow::Result<bool> {
+        let report: serde_json::Value =
+            serde_json::from_str(&m.stdout).unwrap_or(serde_json::Value::Null);
+        let mut reasons: Vec<String> = report["images"][0]["unreadable"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|u| u["reason"].as_str().map(str::to_owned))
+            .collect();
+        reasons.sort();
+        reasons.dedup();
+        let peak = m.peak_kib as f64 / 1024.0;
+        println!(
+            "{:<18} {:>10} {:>9.2} {:>13.1} {:>9.2} {:>6}  {}",
+            name,
+            std::fs::metadata(archive)?.len() >> 10,
+            m.wall.as_secs_f64(),
+            peak,
+            m.peak_kib as f64 / base.peak_kib.max(1) as f64,
+            m.code,
+            reasons.join(" ")
+        );
+        Ok(peak <= 64.0)
+    };
+    row("benign (baseline)", &benign, &base)?;
+    let mut all = true;
+    for (name, archive) in &inputs {
+        eprintln!("bench: scanning {name}");
+        let m = scan(archive)?;
+        all &= row(name, archive, &m)?;
+    }
+    println!(
+        "hostile peak RSS within 64 MiB: {}",
+        if all { "met" } else { "NOT met" }
+    );
+    if keep {
+        eprintln!("bench: kept {}", w.display());
+        let _ = work.keep();
+    }
     Ok(())
 }
 

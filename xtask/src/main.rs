@@ -19,7 +19,8 @@ tasks:
   bench process        plimsolld (process provider) against spawning the same program directly
   bench docker         Docker provider run latency (warm pool, none) against `docker run`
   bench agentsandbox   claim-to-result latency through the fake Kubernetes API server, by phase
-  bench scan           the ship scan on a generated 1 GiB image against a decompress-only baseline
+  bench scan           the ship scan on a generated 1 GiB image against a decompress-only baseline;
+                       hostile inputs (bombs, nested windows) against 64 MiB peak RSS (--hostile-only)
   bench grants         specgen time and peak RSS on a GitHub-sized OpenAPI document; broker latency ratio";
 
 fn main() -> anyhow::Result<()> {
