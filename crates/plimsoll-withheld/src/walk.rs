@@ -676,6 +676,7 @@ impl<'a> Scan<'a> {
             _ => Box::new(bzip2::bufread::MultiBzDecoder::new(input)),
         };
         self.decoded_space(dec, id, codec, &encoded, node)
+            .map(|_| ())
     }
 
     pub(crate) fn decoder_failed(
@@ -693,7 +694,8 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Scans a decoder's output as a new space named `node.path`.
+    /// Scans a decoder's output as a new space named `node.path`. `Ok(false)` when a reason of
+    /// its own (a limit, corrupt data) stopped it before the end of its output.
     pub(crate) fn decoded_space(
         &mut self,
         dec: Box<dyn Read + '_>,
@@ -701,7 +703,7 @@ impl<'a> Scan<'a> {
         codec: &'static str,
         encoded: &Cell<u64>,
         node: &Node<'_>,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         self.out.streams += 1;
         let child_space = RefCell::new(Space::new(self.set, self.limits));
         let result = {
@@ -723,8 +725,8 @@ impl<'a> Scan<'a> {
             .borrow_mut()
             .finish(node.path, node.path_size, &mut self.out);
         match result {
-            Ok(()) => Ok(()),
-            Err(e) => self.decoder_failed(id, e, node),
+            Ok(()) => Ok(true),
+            Err(e) => self.decoder_failed(id, e, node).map(|()| false),
         }
     }
 }
@@ -775,8 +777,15 @@ impl ZipVisitor for ZipWalk<'_, '_, '_, '_> {
                     depth,
                     top: false,
                 };
-                self.scan
-                    .decoded_space(Box::new(r), id, codec, consumed, &child)
+                let whole = self
+                    .scan
+                    .decoded_space(Box::new(r), id, codec, consumed, &child)?;
+                if whole {
+                    Ok(())
+                } else {
+                    // Stopped by a limit: the walker skips the member instead of decoding on.
+                    Err(zip::abandon())
+                }
             }
         }
     }

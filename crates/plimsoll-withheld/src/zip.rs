@@ -44,6 +44,10 @@ pub enum ZipError {
     /// More members than the limit.
     #[error("zip has more than {0} members")]
     TooManyEntries(u64),
+    /// A member with a data descriptor that a limit stopped: where the next member begins is
+    /// not known without decoding it to its end, which the limit forbids.
+    #[error("a zip member with a data descriptor was stopped by a limit")]
+    Abandoned,
     /// A member of unknown size whose decoder would take the scan above its decoder memory.
     #[error("zip member's decoder needs more memory than the scan has left")]
     DecoderMemory,
@@ -63,6 +67,7 @@ impl ZipError {
             ZipError::Inconsistent(_) => "format:zip-inconsistent".into(),
             ZipError::TooManyEntries(_) => "limit:zip-entries".into(),
             ZipError::DecoderMemory => "limit:decoder-memory".into(),
+            ZipError::Abandoned => "limit:zip-member".into(),
         }
     }
 }
@@ -472,6 +477,14 @@ fn local<R: BufRead>(
         drop(reservation);
         let (crc, n) = match result {
             Ok(x) => (Some(x.0), x.1),
+            // An error of the stream the zip lives in is not this member's.
+            Err(e) if crate::tag::ours(&e) => return Err(ZipError::Io(e)),
+            Err(e) if is_abandon(&e) => {
+                if !known {
+                    return Err(ZipError::Abandoned);
+                }
+                (None, m.usize.unwrap_or(0))
+            }
             Err(e) => {
                 if !known {
                     return Err(ZipError::Corrupt(format!("undecodable member: {e}")));
@@ -527,6 +540,28 @@ fn local<R: BufRead>(
         csize: consumed,
         crc: crc_want,
     })
+}
+
+/// What a visitor's `content` returns when it stopped reading a decoded member for a reason of
+/// its own (a limit): the walker then skips the member's compressed bytes instead of decoding
+/// the rest, or gives up on a member of unknown size.
+#[derive(Debug)]
+struct Abandon;
+
+impl std::fmt::Display for Abandon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("member abandoned")
+    }
+}
+impl std::error::Error for Abandon {}
+
+/// The error a visitor returns from `content` to abandon a decoded member (see [`Abandon`]).
+pub fn abandon() -> io::Error {
+    io::Error::other(Abandon)
+}
+
+fn is_abandon(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|x| x.is::<Abandon>())
 }
 
 /// A `BufRead` that counts what its reader consumes into a shared cell.
@@ -619,11 +654,18 @@ struct Collect(ZipSummary, u64);
 
 impl ZipVisitor for Collect {
     fn content(&mut self, _m: &ZipMember, data: MemberData<'_>) -> io::Result<()> {
-        let r = match data {
-            MemberData::Stored(r) | MemberData::Decoded(r, _) => r,
-        };
-        // Read at most the cap, as the scanner would under its member limit.
-        io::copy(&mut r.take(self.1), &mut io::sink())?;
+        match data {
+            MemberData::Stored(r) => {
+                io::copy(r, &mut io::sink())?;
+            }
+            MemberData::Decoded(r, _) => {
+                // Read at most the cap, as the scanner would under its member limit.
+                let n = io::copy(&mut r.take(self.1), &mut io::sink())?;
+                if n == self.1 {
+                    return Err(abandon());
+                }
+            }
+        }
         Ok(())
     }
     fn unreadable(&mut self, m: &ZipMember, reason: String, _size: u64) {

@@ -452,6 +452,43 @@ fn ratio_and_size_limits_hold_for_layer_blobs_and_zip_members_with_a_data_descri
 }
 
 #[test]
+fn a_zip_member_stopped_by_a_limit_is_skipped_not_decoded_on() {
+    let set = set();
+    let lim = Limits {
+        ratio_floor: 1 << 20,
+        max_ratio: 100,
+        ..Limits::default()
+    };
+    // 32 MiB of zeros, deflated, its compressed tail broken: decoding on past the limit would
+    // reach the break and report the member corrupt (or its CRC wrong).
+    let mut z = zeros_zip_member(32 << 20, false);
+    let data_end = z.windows(4).position(|w| w == b"PK\x01\x02").unwrap();
+    for b in &mut z[data_end - 64..data_end - 8] {
+        *b ^= 0x5a;
+    }
+    let scan = scan_file_bytes("z.zip", &z, &set, &lim);
+    assert_eq!(
+        scan.unreadable,
+        vec![("z.zip!zeros".to_owned(), "limit:ratio".to_owned(), 32 << 20)],
+    );
+    // With a data descriptor the member's end is only known by decoding it: the zip stops.
+    let z = zeros_zip_member(32 << 20, true);
+    let scan = scan_file_bytes("d.zip", &z, &set, &lim);
+    let reasons: Vec<_> = scan
+        .unreadable
+        .iter()
+        .map(|(p, r, _)| (p.as_str(), r.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            ("d.zip!zeros", "limit:ratio"),
+            ("d.zip", "limit:zip-member")
+        ]
+    );
+}
+
+#[test]
 fn a_nested_zip_bomb_stops_at_the_ratio_of_all_decoders_after_few_files() {
     // 42.zip style: each level holds 16 copies of the level below, every level alone far
     // below the ratio limit; five levels decode to 16^4 x 4 MiB = 256 GiB.
