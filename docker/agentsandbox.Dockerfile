@@ -22,12 +22,14 @@ COPY plimsoll-sandboxd /usr/local/bin/plimsoll-sandboxd
 RUN chmod 0755 /usr/local/bin/plimsoll-sandboxd-tls /usr/local/bin/plimsoll-sandboxd \
  && /usr/local/bin/plimsoll-sandboxd-tls --version \
  && /usr/local/bin/plimsoll-sandboxd --version \
- && mkdir -p /workspace /etc/plimsoll/sandboxd-tls /etc/plimsoll/sandboxd-token \
- && chown 1000:1000 /workspace
+ && mkdir -p /workspace /etc/plimsoll/sandboxd-tls /etc/plimsoll/sandboxd-token
 ENV LANG=C.UTF-8
-USER 1000:1000
+# The terminator and sandboxd run as uid 0 (the template drops every capability but the six
+# sandboxd needs); the code runs as 65532 (--run-as), so it can read neither the Secrets nor
+# their memory. docs/agent-sandbox.md, "Who can read what inside a pod".
+USER 0:0
 WORKDIR /workspace
 EXPOSE 9090
 LABEL io.plimsoll.image="agentsandbox"
 ENTRYPOINT ["/usr/local/bin/plimsoll-sandboxd-tls"]
-CMD ["--listen-host=127.0.0.1", "--grpc-port=9091", "--token-file=/etc/plimsoll/sandboxd-token/token", "--root-dir=/workspace"]
+CMD ["--listen-host=127.0.0.1", "--grpc-port=9091", "--token-file=/etc/plimsoll/sandboxd-token/token", "--root-dir=/workspace", "--run-as=65532:65532"]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use plimsoll_runner::{Limits, Runner, RunnerConfig};
+use plimsoll_runner::{Limits, RunAs, Runner, RunnerConfig};
 use plimsoll_sandboxd::{Auth, SandboxdService, TokenFile};
 
 const AFTER_HELP: &str = "\
@@ -68,6 +68,14 @@ struct Flags {
     /// python3 start before sandboxd listens.
     #[arg(long, value_name = "LIST", value_parser = parse_languages)]
     languages: Option<Languages>,
+    /// Run every program as this user and group (`UID:GID`, neither 0) instead of
+    /// sandboxd's own, so the code cannot read sandboxd's token, the pod's TLS key or the
+    /// memory of sandboxd and the terminator. sandboxd must be root (in a pod: uid 0 with
+    /// only CHOWN, DAC_OVERRIDE, FOWNER, KILL, SETUID and SETGID). The token file must not be
+    /// readable by that user or group. Every process of that user is killed at the end of
+    /// each run, so give sandboxd a user no one else uses.
+    #[arg(long, value_name = "UID:GID", value_parser = parse_run_as)]
+    run_as: Option<RunAs>,
     /// Log format: `text` or `json` [default: text on a terminal, json otherwise].
     #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
     log_format: Option<String>,
@@ -97,6 +105,49 @@ fn parse_languages(v: &str) -> Result<Languages, String> {
         }
     }
     Ok(Languages(out))
+}
+
+fn parse_run_as(v: &str) -> Result<RunAs, String> {
+    let (u, g) = v
+        .split_once(':')
+        .ok_or_else(|| format!("{v:?}: give UID:GID, for example 65532:65532"))?;
+    let uid: u32 = u
+        .parse()
+        .map_err(|_| format!("{u:?} is not a numeric user id"))?;
+    let gid: u32 = g
+        .parse()
+        .map_err(|_| format!("{g:?} is not a numeric group id"))?;
+    if uid == 0 || gid == 0 {
+        return Err("the code must not run as uid or gid 0".to_owned());
+    }
+    Ok(RunAs { uid, gid })
+}
+
+/// Refuses a secret file that the run's user could read: owned by it, readable by its
+/// group, or readable by anyone.
+fn check_unreadable_by(path: &std::path::Path, who: RunAs) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mode = m.mode() & 0o777;
+    let why = if m.uid() == who.uid {
+        Some(format!("it is owned by the run's user {}", who.uid))
+    } else if mode & 0o004 != 0 {
+        Some(format!("its mode {mode:04o} lets every user read it"))
+    } else if m.gid() == who.gid && mode & 0o040 != 0 {
+        Some(format!(
+            "its mode {mode:04o} lets group {} (the run's group) read it",
+            who.gid
+        ))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(format!(
+            "{} would be readable by the code ({why}); make it owned by sandboxd's user with mode 0400 (no fsGroup on the pod)",
+            path.display()
+        )),
+        None => Ok(()),
+    }
 }
 
 fn usage_error(flag: &str, msg: impl std::fmt::Display) -> ExitCode {
@@ -182,6 +233,25 @@ fn main() -> ExitCode {
     if flags.default_timeout_ms == 0 {
         return usage_error("--default-timeout-ms", "must be positive");
     }
+    if let Some(who) = flags.run_as {
+        if !nix::unistd::geteuid().is_root() {
+            return usage_error(
+                "--run-as",
+                "sandboxd must run as root to start programs as another user",
+            );
+        }
+        if let Some(path) = &flags.token_file {
+            if let Err(e) = check_unreadable_by(path, who) {
+                return usage_error("--token-file", e);
+            }
+        }
+        // Nothing sandboxd starts may gain privileges through exec (set-user-id files,
+        // file capabilities); inherited by every program.
+        if let Err(e) = nix::sys::prctl::set_no_new_privs() {
+            eprintln!("plimsoll-sandboxd: cannot set no_new_privs: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let runner = match Runner::new(RunnerConfig {
         root_dir: root_dir.clone(),
         limits: Limits {
@@ -190,8 +260,18 @@ fn main() -> ExitCode {
         },
         default_timeout: Duration::from_millis(flags.default_timeout_ms),
     }) {
-        Ok(r) => Arc::new(r),
+        Ok(r) => r,
         Err(e) => return usage_error("--root-dir", format!("{}: {e}", root_dir.display())),
+    };
+    let runner = match flags.run_as {
+        Some(who) => match runner.run_as(who) {
+            Ok(r) => {
+                tracing::info!(uid = who.uid, gid = who.gid, "programs run as another user");
+                Arc::new(r)
+            }
+            Err(e) => return usage_error("--run-as", e),
+        },
+        None => Arc::new(runner),
     };
 
     let rt = match tokio::runtime::Builder::new_multi_thread()

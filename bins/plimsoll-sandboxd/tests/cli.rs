@@ -87,6 +87,51 @@ fn a_named_supervisor_that_is_not_the_parent_stops_startup() {
 }
 
 #[test]
+fn run_as_refuses_user_zero_and_a_token_the_code_could_read() {
+    use std::os::unix::fs::PermissionsExt;
+    for bad in ["0:65532", "65532:0", "nobody", "65532"] {
+        let out = bin()
+            .args(["--insecure-no-token", "--run-as", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--run-as"),
+            "{bad}"
+        );
+    }
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped the token checks: --run-as needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, TOKEN).unwrap();
+    for (mode, owner, why) in [
+        (0o644, None, "lets every user read it"),
+        (0o440, Some((0, 65532)), "lets group 65532"),
+        (0o400, Some((65532, 0)), "owned by the run's user"),
+    ] {
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (u, g) = owner.unwrap_or((0, 0));
+        std::os::unix::fs::chown(&token, Some(u), Some(g)).unwrap();
+        let out = bin()
+            .arg("--token-file")
+            .arg(&token)
+            .args(["--run-as=65532:65532", "--grpc-port=0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{mode:o}: {err}");
+        assert!(
+            err.contains("--token-file") && err.contains(why),
+            "{mode:o}: {err}"
+        );
+        assert!(!err.contains(TOKEN), "{err}");
+    }
+}
+
+#[test]
 fn conflicting_flags_are_usage_errors() {
     for args in [
         &["--unix-socket", "/tmp/x.sock", "--grpc-port", "1"][..],

@@ -34,7 +34,7 @@ pub const TEMPLATE: &str = "plimsoll-sandboxd";
 /// The fake warm pool's name.
 pub const WARM_POOL: &str = "plimsoll-pool";
 /// The token the fake pods accept (written to the cluster's token file).
-const TOKEN: &str = "fake-cluster-sandboxd-token-0123456789";
+pub const TOKEN: &str = "fake-cluster-sandboxd-token-0123456789";
 
 /// A CA and one server certificate signed by it, as PEM.
 #[derive(Clone)]
@@ -163,8 +163,11 @@ pub fn conforming_template() -> Value {
                         "image": "registry.example.invalid/plimsoll/agentsandbox@sha256:0000000000000000000000000000000000000000000000000000000000000000",
                         "command": [TERMINATOR],
                         "args": ["--listen-host=127.0.0.1", "--grpc-port=9091",
-                                 "--token-file=/etc/plimsoll/sandboxd-token/token", "--root-dir=/workspace"],
+                                 "--token-file=/etc/plimsoll/sandboxd-token/token", "--root-dir=/workspace",
+                                 "--run-as=65532:65532"],
                         "ports": [{"name": "sandboxd-tls", "containerPort": 9090, "protocol": "TCP"}],
+                        "securityContext": {"runAsUser": 0, "runAsNonRoot": false, "allowPrivilegeEscalation": false,
+                            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]}},
                         "volumeMounts": [
                             {"name": "sandboxd-tls", "mountPath": SECRET_MOUNT, "readOnly": true},
                             {"name": "sandboxd-token", "mountPath": "/etc/plimsoll/sandboxd-token", "readOnly": true}
@@ -188,7 +191,14 @@ pub fn conforming_policy() -> Value {
         "spec": {
             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "plimsoll-sandboxd"}},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"ports": [{"protocol": "TCP", "port": 9090}]}]
+            "ingress": [{
+                "from": [{
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "plimsoll"}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "plimsolld"}}
+                }],
+                "ports": [{"protocol": "TCP", "port": 9090}]
+            }],
+            "egress": []
         }
     })
 }
@@ -345,6 +355,14 @@ impl FakeCluster {
         std::fs::write(dir.path().join("ca.pem"), &pki.ca_pem)?;
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, format!("{TOKEN}\n"))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // As the kubelet mounts the Secret (defaultMode 0400): only sandboxd's user reads
+            // it. The cluster's folder is passable but not listable, so a run's user can reach
+            // its pod's working directory and nothing else by name.
+            std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o400))?;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let api_addr = listener.local_addr()?;
         std::fs::write(
@@ -412,10 +430,13 @@ impl FakeCluster {
         self.inner.token_file.clone()
     }
 
-    /// A scratch directory inside the cluster's temporary directory.
+    /// A scratch directory inside the cluster's temporary directory, writable by the runs'
+    /// users too (mode 1777, as /tmp), so a test's code can leave a marker there.
     pub fn scratch(&self) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
         let d = self.inner.dir.join("scratch");
         let _ = std::fs::create_dir_all(&d);
+        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777));
         d
     }
 
@@ -547,6 +568,19 @@ impl Drop for FakeCluster {
     }
 }
 
+/// The user a new pod's code runs as (`--run-as`): distinct per pod, unused by anyone else.
+/// `None` when the tests do not run as root, which changing users needs; pods then run the
+/// code as sandboxd's own user, which the shipped template's read-back refuses.
+pub fn run_user() -> Option<u32> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // 61000-64999, away from the ids distributions hand out, different per test process.
+    Some(61_000 + (std::process::id() % 40) * 100 + n % 100)
+}
+
 /// Starts a pod serving `pki` (the cluster's own when `None`) and waits until it accepts
 /// TCP on its TLS port.
 async fn start_pod(inner: &Arc<Inner>, pki: Option<&Pki>) -> std::io::Result<Pod> {
@@ -568,13 +602,20 @@ async fn start_pod(inner: &Arc<Inner>, pki: Option<&Pki>) -> std::io::Result<Pod
     let log = std::fs::File::create(dir.join("pod.log"))?;
     let listen = SocketAddr::from((ip, inner.port));
     let upstream = SocketAddr::from((ip, inner.port + 1));
+    let mut args = vec![
+        "--listen-host=127.0.0.1".to_owned(),
+        "--grpc-port=9091".to_owned(),
+        format!("--token-file={}", inner.token_file.display()),
+        format!("--root-dir={}", root.display()),
+    ];
+    if let Some(id) = run_user() {
+        // As in the shipped template, the code runs as a user of its own. Pods here share
+        // one PID namespace, and sandboxd kills every process of its run user after each
+        // run, so each pod gets a user no other pod has.
+        args.push(format!("--run-as={id}:{id}"));
+    }
     let mut child = tokio::process::Command::new(inner.bin_dir.join("plimsoll-sandboxd-tls"))
-        .args([
-            "--listen-host=127.0.0.1".to_owned(),
-            "--grpc-port=9091".to_owned(),
-            format!("--token-file={}", inner.token_file.display()),
-            format!("--root-dir={}", root.display()),
-        ])
+        .args(args)
         .env("PLIMSOLL_SANDBOXD_TLS_LISTEN", listen.to_string())
         .env("PLIMSOLL_SANDBOXD_TLS_DIR", &tls)
         .env("PLIMSOLL_SANDBOXD_TLS_UPSTREAM", upstream.to_string())

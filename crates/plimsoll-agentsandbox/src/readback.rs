@@ -8,8 +8,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
-use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyIngressRule};
+use k8s_openapi::api::core::v1::{Container, PodSecurityContext, PodTemplateSpec};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use plimsoll_core::Tier;
@@ -27,6 +29,18 @@ pub const SECRET_MODE: i32 = 0o400;
 pub const TLS_PORT: i32 = 9090;
 /// sandboxd's flags that must appear, literally, once each.
 pub const REQUIRED_FLAGS: [&str; 2] = plimsoll_tls::supervise::REQUIRED_FLAGS;
+/// The flag that makes sandboxd run the code as a user of its own (`--run-as=UID:GID`).
+pub const RUN_AS_FLAG: &str = "--run-as";
+/// The capabilities the terminator's container may add after dropping `ALL`: what sandboxd,
+/// as uid 0, needs to hand a run its files, start it as the run's user, kill it and clean up.
+pub const ALLOWED_CAPABILITIES: [&str; 6] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "KILL",
+    "SETGID",
+    "SETUID",
+];
 
 /// What kind of difference was found. The names are stable: they appear in startup
 /// errors and operators may search for them.
@@ -55,8 +69,13 @@ pub enum DriftKind {
     NetworkPolicy,
     /// The pod shares the node's network, PID or IPC namespace.
     HostNamespace,
-    /// A container is privileged or may gain privileges.
+    /// A container is privileged or may gain privileges, or keeps capabilities beyond
+    /// [`ALLOWED_CAPABILITIES`].
     Privileged,
+    /// The code would share a user or group with sandboxd and the terminator (`--run-as`
+    /// missing, or the pod's `runAsUser`/`fsGroup` equal to the run's), or sandboxd could
+    /// not change users (`runAsNonRoot`, a non-zero `runAsUser`).
+    RunAs,
     /// The warm pool does not use the template.
     WarmPool,
 }
@@ -77,6 +96,7 @@ impl DriftKind {
             DriftKind::NetworkPolicy => "network-policy",
             DriftKind::HostNamespace => "host-namespace",
             DriftKind::Privileged => "privileged",
+            DriftKind::RunAs => "run-as",
             DriftKind::WarmPool => "warm-pool",
         }
     }
@@ -266,6 +286,8 @@ pub fn read_back(
         out.drifts.extend(flag_drifts(&c.name, &args));
         out.drifts
             .extend(mount_drifts(c, &spec.volumes.clone().unwrap_or_default()));
+        out.drifts
+            .extend(user_drifts(c, &args, spec.security_context.as_ref()));
     }
 
     let ports = named_ports(&spec.containers);
@@ -279,11 +301,20 @@ pub fn read_back(
                 "networkPolicyManagement is Managed and the template states no spec.networkPolicy, so the controller's default policy applies, which allows ingress on every port; state ingress to TCP 9090 only (or set Unmanaged and ship your own NetworkPolicy)",
             )),
             Some(np) => {
+                let source = format!("SandboxTemplate {template_name} spec.networkPolicy");
+                match np.get("egress") {
+                    Some(Value::Array(rules)) if rules.is_empty() => {}
+                    _ => out.drifts.push(drift(
+                        DriftKind::NetworkPolicy,
+                        format!("{source} does not state egress: [] (no egress at all); code in a sandbox must reach nothing"),
+                    )),
+                }
                 match serde_json::from_value::<Option<Vec<NetworkPolicyIngressRule>>>(np["ingress"].clone()) {
                     Ok(rules) => out.drifts.extend(ingress_drifts(
-                        &format!("SandboxTemplate {template_name} spec.networkPolicy"),
+                        &source,
                         rules.as_deref().unwrap_or_default(),
                         &ports,
+                        &out.pod_labels,
                     )),
                     Err(e) => out.drifts.push(drift(
                         DriftKind::NetworkPolicy,
@@ -294,6 +325,7 @@ pub fn read_back(
         }
     }
     let mut selecting = 0;
+    let mut egress_denied = false;
     for p in policies {
         let np: NetworkPolicy = match serde_json::from_value(p.clone()) {
             Ok(np) => np,
@@ -314,6 +346,21 @@ pub fn read_back(
         if !selects(&selector, &out.pod_labels) {
             continue;
         }
+        // Without policyTypes, a policy governs egress only when it has egress rules.
+        let egress_rules = spec.egress.as_deref().unwrap_or_default();
+        let governs_egress = match &spec.policy_types {
+            Some(t) => t.iter().any(|t| t == "Egress"),
+            None => !egress_rules.is_empty(),
+        };
+        if governs_egress {
+            if egress_rules.is_empty() {
+                egress_denied = true;
+            }
+            out.drifts.extend(egress_drifts(
+                &format!("NetworkPolicy {name}"),
+                egress_rules,
+            ));
+        }
         // Without policyTypes, a policy always governs ingress.
         let ingress = spec
             .policy_types
@@ -327,6 +374,13 @@ pub fn read_back(
             &format!("NetworkPolicy {name}"),
             spec.ingress.as_deref().unwrap_or_default(),
             &ports,
+            &out.pod_labels,
+        ));
+    }
+    if !managed && !egress_denied {
+        out.drifts.push(drift(
+            DriftKind::NetworkPolicy,
+            "no NetworkPolicy selecting the template's pods denies their egress, so code in a sandbox can reach the cluster (another pod's sandboxd among it); add policyTypes: [Ingress, Egress] with egress: []",
         ));
     }
     if selecting == 0 {
@@ -498,16 +552,24 @@ fn named_ports(containers: &[Container]) -> BTreeMap<String, (i32, String)> {
         .collect()
 }
 
-/// Every ingress rule must name ports, and every port must be TCP 9090.
+/// Every ingress rule must name ports, every port must be TCP 9090, and every rule must
+/// admit only named pods (plimsolld's), never an address block, every pod, or the sandbox
+/// pods themselves.
 fn ingress_drifts(
     source: &str,
     rules: &[NetworkPolicyIngressRule],
     named: &BTreeMap<String, (i32, String)>,
+    sandbox_labels: &BTreeMap<String, String>,
 ) -> Vec<Drift> {
     let mut out = Vec::new();
     let need = "ingress must be allowed only to TCP 9090";
     for (i, rule) in rules.iter().enumerate() {
         let n = i + 1;
+        out.extend(peer_drifts(
+            &format!("{source} ingress rule {n}"),
+            rule.from.as_deref().unwrap_or_default(),
+            sandbox_labels,
+        ));
         let ports = rule.ports.as_deref().unwrap_or_default();
         if ports.is_empty() {
             out.push(drift(
@@ -546,6 +608,178 @@ fn ingress_drifts(
                 ));
             }
         }
+    }
+    out
+}
+
+/// Who an ingress rule admits: only pods picked by a non-empty pod selector that does not
+/// pick the sandbox pods, in the policy's namespace or in namespaces a non-empty selector
+/// picks.
+fn peer_drifts(
+    rule: &str,
+    from: &[NetworkPolicyPeer],
+    sandbox_labels: &BTreeMap<String, String>,
+) -> Vec<Drift> {
+    let need = "admit only plimsolld's pods (from: podSelector with plimsolld's labels, and a namespaceSelector naming its namespace)";
+    let bad = |problem: String| {
+        drift(
+            DriftKind::NetworkPolicy,
+            format!("{rule} {problem}; {need}"),
+        )
+    };
+    if from.is_empty() {
+        return vec![bad("admits every source".to_owned())];
+    }
+    let mut out = Vec::new();
+    for (j, peer) in from.iter().enumerate() {
+        let m = j + 1;
+        if let Some(block) = &peer.ip_block {
+            out.push(bad(format!(
+                "peer {m} admits the address block {}",
+                block.cidr
+            )));
+            continue;
+        }
+        if peer.namespace_selector.as_ref().is_some_and(is_empty) {
+            out.push(bad(format!("peer {m} admits pods of every namespace")));
+        }
+        match &peer.pod_selector {
+            None => out.push(bad(format!(
+                "peer {m} admits every pod of the namespaces it selects"
+            ))),
+            Some(sel) if is_empty(sel) => out.push(bad(format!("peer {m} admits every pod"))),
+            Some(sel) if selects(sel, sandbox_labels) => out.push(bad(format!(
+                "peer {m} admits the sandbox pods themselves, so code in one sandbox could reach another's sandboxd"
+            ))),
+            Some(_) => {}
+        }
+    }
+    out
+}
+
+/// A sandbox pod may reach nothing: every egress rule is a hole.
+fn egress_drifts(source: &str, rules: &[NetworkPolicyEgressRule]) -> Vec<Drift> {
+    (1..=rules.len())
+        .map(|n| {
+            drift(
+                DriftKind::NetworkPolicy,
+                format!("{source} egress rule {n} allows traffic out of the sandbox pods; state egress: [] so code in a sandbox reaches nothing"),
+            )
+        })
+        .collect()
+}
+
+fn is_empty(sel: &LabelSelector) -> bool {
+    sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
+        && sel.match_expressions.as_ref().is_none_or(|e| e.is_empty())
+}
+
+/// The run's user and group from `--run-as=UID:GID` (or `--run-as UID:GID`), when given
+/// once and well formed, neither 0.
+fn run_as_of(args: &[String]) -> Result<(i64, i64), String> {
+    let mut values = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        if let Some(v) = a.strip_prefix(&format!("{RUN_AS_FLAG}=")) {
+            values.push(v.to_owned());
+        } else if a == RUN_AS_FLAG {
+            values.push(args.get(i + 1).cloned().unwrap_or_default());
+        }
+    }
+    let v = match values.as_slice() {
+        [] => return Err("is missing".to_owned()),
+        [one] => one,
+        many => return Err(format!("is given {} times", many.len())),
+    };
+    let parsed = v
+        .split_once(':')
+        .and_then(|(u, g)| Some((u.parse::<i64>().ok()?, g.parse::<i64>().ok()?)));
+    match parsed {
+        Some((u, g)) if u > 0 && g > 0 => Ok((u, g)),
+        _ => Err(format!("is {v:?}, not UID:GID with neither 0")),
+    }
+}
+
+/// The code must run as a user and group of its own, which only a root sandboxd with a few
+/// capabilities can arrange; the container must not be able to gain more.
+fn user_drifts(c: &Container, args: &[String], pod: Option<&PodSecurityContext>) -> Vec<Drift> {
+    let mut out = Vec::new();
+    let name = &c.name;
+    let sc = c.security_context.as_ref();
+    match run_as_of(args) {
+        Err(problem) => out.push(drift(
+            DriftKind::RunAs,
+            format!("container {name}: sandboxd's {RUN_AS_FLAG} {problem}; without a user of its own the code could read the TLS key, the token and the memory of the terminator and sandboxd: add {RUN_AS_FLAG}=65532:65532"),
+        )),
+        Ok((uid, gid)) => {
+            let run_as_user = sc.and_then(|s| s.run_as_user).or(pod.and_then(|p| p.run_as_user));
+            if run_as_user == Some(uid) {
+                out.push(drift(
+                    DriftKind::RunAs,
+                    format!("container {name}: runAsUser {uid} is also the run's user ({RUN_AS_FLAG}); sandboxd and the code must not share a user"),
+                ));
+            }
+            if pod.and_then(|p| p.fs_group) == Some(gid) {
+                out.push(drift(
+                    DriftKind::RunAs,
+                    format!("fsGroup {gid} is the run's group ({RUN_AS_FLAG}), so the code could read the mounted Secrets; remove fsGroup"),
+                ));
+            }
+            if pod.and_then(|p| p.supplemental_groups.as_ref()).is_some_and(|g| g.contains(&gid)) {
+                out.push(drift(
+                    DriftKind::RunAs,
+                    format!("supplementalGroups holds the run's group {gid}; remove it"),
+                ));
+            }
+        }
+    }
+    let run_as_user = sc
+        .and_then(|s| s.run_as_user)
+        .or(pod.and_then(|p| p.run_as_user));
+    if run_as_user.is_some_and(|u| u != 0) {
+        out.push(drift(
+            DriftKind::RunAs,
+            format!("container {name}: runAsUser is {}; sandboxd must start as uid 0 (with only the capabilities {}) to run the code as another user", run_as_user.unwrap_or_default(), ALLOWED_CAPABILITIES.join(", ")),
+        ));
+    }
+    let non_root = sc
+        .and_then(|s| s.run_as_non_root)
+        .or(pod.and_then(|p| p.run_as_non_root));
+    if non_root == Some(true) {
+        out.push(drift(
+            DriftKind::RunAs,
+            format!("container {name}: runAsNonRoot is true; sandboxd must start as uid 0 to run the code as another user (set runAsUser: 0 and runAsNonRoot: false)"),
+        ));
+    }
+    if sc.and_then(|s| s.allow_privilege_escalation) != Some(false) {
+        out.push(drift(
+            DriftKind::Privileged,
+            format!("container {name}: allowPrivilegeEscalation is not false; set it to false"),
+        ));
+    }
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    if !caps
+        .and_then(|c| c.drop.as_ref())
+        .is_some_and(|d| d.iter().any(|c| c == "ALL"))
+    {
+        out.push(drift(
+            DriftKind::Privileged,
+            format!("container {name}: capabilities.drop does not hold ALL; drop ALL and add back only {}", ALLOWED_CAPABILITIES.join(", ")),
+        ));
+    }
+    let extra: Vec<&String> = caps
+        .and_then(|c| c.add.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| !ALLOWED_CAPABILITIES.contains(&c.trim_start_matches("CAP_")))
+        .collect();
+    if !extra.is_empty() {
+        out.push(drift(
+            DriftKind::Privileged,
+            format!(
+                "container {name}: capabilities.add holds {extra:?}; only {} may be added",
+                ALLOWED_CAPABILITIES.join(", ")
+            ),
+        ));
     }
     out
 }
@@ -592,8 +826,10 @@ mod tests {
                             "name": "sandboxd",
                             "image": "img@sha256:00",
                             "command": [TERMINATOR],
-                            "args": ["--listen-host=127.0.0.1", "--grpc-port=9091", "--token-file=/t/token"],
+                            "args": ["--listen-host=127.0.0.1", "--grpc-port=9091", "--token-file=/t/token", "--run-as=65532:65532"],
                             "ports": [{"name": "tls", "containerPort": 9090}],
+                            "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": false,
+                                "capabilities": {"drop": ["ALL"], "add": ["SETUID", "SETGID", "KILL"]}},
                             "volumeMounts": [{"name": "tls", "mountPath": SECRET_MOUNT, "readOnly": true}]
                         }],
                         "volumes": [{"name": "tls", "secret": {"secretName": "s", "defaultMode": 256}}]
@@ -609,8 +845,14 @@ mod tests {
             "metadata": {"name": "p", "namespace": "ns"},
             "spec": {"podSelector": {"matchLabels": {"app": "sbx"}},
                      "policyTypes": ["Ingress", "Egress"],
-                     "ingress": [{"ports": ports}]}
+                     "ingress": [{"from": [plimsolld()], "ports": ports}]}
         })
+    }
+
+    /// The one peer a sandbox pod admits: plimsolld's pods in plimsolld's namespace.
+    fn plimsolld() -> Value {
+        json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "plimsoll"}},
+               "podSelector": {"matchLabels": {"app": "plimsolld"}}})
     }
 
     fn good_policy() -> Value {
@@ -723,8 +965,8 @@ mod tests {
             (
                 DriftKind::Privileged,
                 Box::new(|t| {
-                    t["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"] =
-                        json!({"privileged": true})
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"]
+                        ["privileged"] = json!(true)
                 }),
             ),
             (
@@ -760,7 +1002,10 @@ mod tests {
                 DriftKind::GrpcPort,
                 DriftKind::ReadOnly,
                 DriftKind::DefaultMode,
-                DriftKind::NetworkPolicy
+                // Nothing selects the pods: neither ingress nor egress is governed.
+                DriftKind::NetworkPolicy,
+                DriftKind::NetworkPolicy,
+                DriftKind::RunAs,
             ]
         );
     }
@@ -785,8 +1030,11 @@ mod tests {
         let wide =
             json!({"metadata": {"name": "wide"}, "spec": {"podSelector": {}, "ingress": [{}]}});
         let r = read_back("t", &template(), None, &[good_policy(), wide]);
-        assert_eq!(kinds(&r), vec![DriftKind::NetworkPolicy]);
-        assert!(r.drifts[0].message.contains("wide"));
+        assert!(!r.drifts.is_empty());
+        for d in &r.drifts {
+            assert_eq!(d.kind, DriftKind::NetworkPolicy);
+            assert!(d.message.contains("wide"), "{d}");
+        }
         // A policy that selects other pods does not count.
         let other = json!({"metadata": {"name": "o"}, "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "ingress": [{}]}});
         let r = read_back("t", &template(), None, &[good_policy(), other]);
@@ -794,15 +1042,169 @@ mod tests {
     }
 
     #[test]
+    fn policies_admitting_anyone_but_plimsolld_or_allowing_egress_are_refused() {
+        let with_from = |from: Value| {
+            let mut p = good_policy();
+            p["spec"]["ingress"][0]["from"] = from;
+            p
+        };
+        let cases = [
+            ("no from", {
+                let mut p = good_policy();
+                p["spec"]["ingress"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("from");
+                p
+            }),
+            ("empty from", with_from(json!([]))),
+            (
+                "address block",
+                with_from(json!([{"ipBlock": {"cidr": "0.0.0.0/0"}}])),
+            ),
+            ("every pod", with_from(json!([{"podSelector": {}}]))),
+            (
+                "a namespace's every pod",
+                with_from(json!([{"namespaceSelector": {"matchLabels": {"a": "b"}}}])),
+            ),
+            (
+                "every namespace",
+                with_from(
+                    json!([{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "plimsolld"}}}]),
+                ),
+            ),
+            (
+                "the sandbox pods",
+                with_from(json!([plimsolld(), {"podSelector": {"matchLabels": {"app": "sbx"}}}])),
+            ),
+            ("egress allowed", {
+                let mut p = good_policy();
+                p["spec"]["egress"] = json!([{"ports": [{"port": 53, "protocol": "UDP"}]}]);
+                p
+            }),
+            ("egress not governed", {
+                let mut p = good_policy();
+                p["spec"]["policyTypes"] = json!(["Ingress"]);
+                p
+            }),
+        ];
+        for (what, p) in cases {
+            let r = read_back("t", &template(), None, &[p]);
+            assert!(r.has(DriftKind::NetworkPolicy), "{what}: passed");
+            assert!(
+                r.drifts.iter().all(|d| d.kind == DriftKind::NetworkPolicy),
+                "{what}: {:?}",
+                r.drifts
+            );
+        }
+        // A second policy that only denies egress completes an ingress-only one.
+        let mut ingress_only = good_policy();
+        ingress_only["spec"]["policyTypes"] = json!(["Ingress"]);
+        let deny = json!({"metadata": {"name": "deny-egress"}, "spec": {
+            "podSelector": {"matchLabels": {"app": "sbx"}}, "policyTypes": ["Egress"]}});
+        let r = read_back("t", &template(), None, &[ingress_only, deny]);
+        assert!(r.drifts.is_empty(), "{:?}", r.drifts);
+    }
+
+    #[test]
+    fn the_code_must_run_as_a_user_of_its_own() {
+        let edit = |f: &dyn Fn(&mut Value)| {
+            let mut t = template();
+            f(&mut t);
+            let r = read_back("t", &t, None, &[good_policy()]);
+            (kinds(&r), r.drifts)
+        };
+        type Named = (&'static str, DriftKind, Box<dyn Fn(&mut Value)>);
+        let cases: Vec<Named> = vec![
+            (
+                "no --run-as",
+                DriftKind::RunAs,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["args"][3] =
+                        json!("--root-dir=/w");
+                }),
+            ),
+            (
+                "uid 0",
+                DriftKind::RunAs,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["args"][3] =
+                        json!("--run-as=0:65532");
+                }),
+            ),
+            (
+                "not numeric",
+                DriftKind::RunAs,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["args"][3] =
+                        json!("--run-as=nobody");
+                }),
+            ),
+            (
+                "fsGroup is the run's group",
+                DriftKind::RunAs,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["securityContext"] = json!({"fsGroup": 65532});
+                }),
+            ),
+            (
+                "non-root sandboxd",
+                DriftKind::RunAs,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["securityContext"] =
+                        json!({"runAsNonRoot": true});
+                }),
+            ),
+            (
+                "sandboxd as another uid",
+                DriftKind::RunAs,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"]
+                        ["runAsUser"] = json!(1000);
+                }),
+            ),
+            (
+                "escalation allowed",
+                DriftKind::Privileged,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"]
+                        ["allowPrivilegeEscalation"] = json!(true);
+                }),
+            ),
+            (
+                "capabilities kept",
+                DriftKind::Privileged,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"]
+                        ["capabilities"]["drop"] = json!([]);
+                }),
+            ),
+            (
+                "ptrace added",
+                DriftKind::Privileged,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"]
+                        ["capabilities"]["add"] = json!(["SETUID", "SYS_PTRACE"]);
+                }),
+            ),
+        ];
+        for (what, kind, f) in cases {
+            let (k, drifts) = edit(&*f);
+            assert!(k.contains(&kind), "{what}: {drifts:?}");
+            assert!(k.iter().all(|x| *x == kind), "{what}: {drifts:?}");
+        }
+    }
+
+    #[test]
     fn the_controllers_managed_policy_is_matched_by_template_hash() {
         let mut t = template();
         t["spec"]["networkPolicyManagement"] = json!("Managed");
-        t["spec"]["networkPolicy"] =
-            json!({"ingress": [{"ports": [{"protocol": "TCP", "port": 9090}]}], "egress": []});
+        t["spec"]["networkPolicy"] = json!({"ingress": [{"from": [plimsolld()],
+            "ports": [{"protocol": "TCP", "port": 9090}]}], "egress": []});
         let managed = json!({"metadata": {"name": "t-network-policy"}, "spec": {
             "podSelector": {"matchLabels": {TEMPLATE_REF_HASH_LABEL: name_hash("t")}},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"ports": [{"protocol": "TCP", "port": 9090}]}]}});
+            "ingress": [{"from": [plimsolld()], "ports": [{"protocol": "TCP", "port": 9090}]}]}});
         let r = read_back("t", &t, None, std::slice::from_ref(&managed));
         assert!(r.drifts.is_empty(), "{:?}", r.drifts);
         t["spec"]["networkPolicy"]["ingress"][0]["ports"][0]["port"] = json!(22);

@@ -146,6 +146,12 @@ async fn each_kind_of_template_drift_refuses_startup_with_its_name() {
             }),
         ),
         (
+            "[run-as]",
+            Box::new(|t| {
+                t["spec"]["podTemplate"]["spec"]["securityContext"] = json!({"fsGroup": 65532})
+            }),
+        ),
+        (
             "[secret-volume]",
             Box::new(|t| {
                 t["spec"]["podTemplate"]["spec"]["volumes"][0] =
@@ -169,10 +175,10 @@ async fn each_kind_of_template_drift_refuses_startup_with_its_name() {
     c.set_template(t);
     let p = AgentSandboxProvider::new(c.provider_config()).unwrap();
     let e = p.start().await.unwrap_err().to_string();
-    for name in ["[listen-host]", "[grpc-port]", "[default-mode]"] {
+    for name in ["[listen-host]", "[grpc-port]", "[default-mode]", "[run-as]"] {
         assert!(e.contains(name), "{name} missing from: {e}");
     }
-    assert!(e.contains("3 place(s)"), "{e}");
+    assert!(e.contains("4 place(s)"), "{e}");
     // The read-back refuses before any pod is claimed.
     assert_eq!(c.counts().created, 0);
     c.shutdown().await;
@@ -338,5 +344,71 @@ async fn the_ca_file_is_reloaded_when_it_changes() {
     p.run(js("1"), T)
         .await
         .expect("the old CA is still trusted");
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn code_in_a_run_cannot_read_the_key_the_token_or_the_terminators_memory() {
+    if fake::run_user().is_none() {
+        eprintln!("skipped: the pods run the code as another user only when the tests are root");
+        return;
+    }
+    let c = cluster_with(1).await;
+    let p = started(&c, c.provider_config()).await;
+    // The run's working directory is <pod>/root/run-…; the pod's key is <pod>/tls/tls.key and
+    // the cluster's token file (the Secret sandboxd reads) is four levels up. sandboxd is the
+    // run's parent, and the terminator is sandboxd's.
+    let probe = r#"
+sd=$PPID
+term=$(awk '/^PPid:/ {print $2}' /proc/$sd/status)
+echo "uid $(id -u) sandboxd $sd terminator $term"
+for f in ../../tls/tls.key ../../../../token /proc/$sd/environ /proc/$term/environ; do
+  if head -c 64 "$f" >/dev/null 2>&1; then echo "READ $f"; else echo "denied $f"; fi
+done
+for pid in $sd $term; do
+  if (exec 3</proc/$pid/mem) 2>/dev/null; then echo "OPENED /proc/$pid/mem"; else echo "denied /proc/$pid/mem"; fi
+done
+"#;
+    let Ok(Answer::Project(r)) = p.run(steps(&[probe]), T).await else {
+        panic!("the probe did not run")
+    };
+    let out = String::from_utf8_lossy(&r.steps[0].stdout).into_owned();
+    eprintln!("{out}");
+    assert!(
+        out.starts_with("uid 6"),
+        "the code ran as sandboxd's user: {out}"
+    );
+    assert_eq!(out.matches("denied").count(), 6, "{out}");
+    for leak in ["READ", "OPENED", "BEGIN", fake::TOKEN] {
+        assert!(!out.contains(leak), "{leak}: {out}");
+    }
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_network_policy_that_lets_sandboxes_reach_each_other_refuses_startup() {
+    let c = cluster_with(0).await;
+    // The sandbox pods admitted as peers: code in one sandbox could call another's sandboxd.
+    let mut np = fake::conforming_policy();
+    np["spec"]["ingress"][0]["from"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"podSelector": {"matchLabels": {"app.kubernetes.io/name": "plimsoll-sandboxd"}}}));
+    // And egress opened.
+    let mut open = fake::conforming_policy();
+    open["spec"]["egress"] = json!([{}]);
+    for (what, policy, needle) in [
+        ("peer", np, "admits the sandbox pods themselves"),
+        ("egress", open, "egress rule 1 allows traffic out"),
+    ] {
+        c.set_policies(vec![policy]);
+        let p = AgentSandboxProvider::new(c.provider_config()).unwrap();
+        let e = p.start().await.unwrap_err().to_string();
+        assert!(
+            e.contains("[network-policy]") && e.contains(needle),
+            "{what}: {e}"
+        );
+    }
+    assert_eq!(c.counts().created, 0);
     c.shutdown().await;
 }

@@ -67,6 +67,10 @@ pub(crate) async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(who) = scope.run_as() {
+        // std drops the supplementary groups too when the runner is root.
+        cmd.uid(who.uid).gid(who.gid);
+    }
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|source| RunnerError::Spawn {
         program: prog.path.to_owned(),

@@ -115,6 +115,23 @@ pub struct RunnerConfig {
     pub default_timeout: Duration,
 }
 
+/// The user and group a runner's programs run as, when they must not share the runner's
+/// (`plimsoll-sandboxd --run-as`): the programs then cannot read what only the runner's user
+/// may read (the pod's TLS key and sandboxd token), nor its processes' memory or environment.
+///
+/// The runner must be able to change user (root, or `CAP_SETUID`, `CAP_SETGID`, `CAP_CHOWN`,
+/// `CAP_KILL`, `CAP_DAC_OVERRIDE` and `CAP_FOWNER`). Each run's working directory and files are
+/// given to this user; programs start with no supplementary groups; and at the end of a run
+/// every process of this user is killed. So the user must belong to this runner alone, and
+/// the runner must run one payload at a time (sandboxd does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunAs {
+    /// The user id (never 0).
+    pub uid: u32,
+    /// The group id (never 0).
+    pub gid: u32,
+}
+
 /// Extra environment variables for a run's programs (for example a grant relay's address),
 /// checked so that none of them chooses what a program loads or runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -193,6 +210,7 @@ pub enum RunnerError {
 #[derive(Debug)]
 pub struct Runner {
     cfg: RunnerConfig,
+    run_as: Option<RunAs>,
     /// `cfg.root_dir`, canonical, so paths the kernel reports compare equal.
     root: PathBuf,
 }
@@ -202,7 +220,27 @@ impl Runner {
     pub fn new(cfg: RunnerConfig) -> Result<Runner, RunnerError> {
         std::fs::create_dir_all(&cfg.root_dir).map_err(RunnerError::Setup)?;
         let root = std::fs::canonicalize(&cfg.root_dir).map_err(RunnerError::Setup)?;
-        Ok(Runner { cfg, root })
+        Ok(Runner {
+            cfg,
+            run_as: None,
+            root,
+        })
+    }
+
+    /// Runs every program as `who` (see [`RunAs`]). Refuses uid or gid 0.
+    pub fn run_as(mut self, who: RunAs) -> Result<Runner, RunnerError> {
+        if who.uid == 0 || who.gid == 0 {
+            return Err(RunnerError::Setup(std::io::Error::other(
+                "a run's programs must not run as uid or gid 0",
+            )));
+        }
+        self.run_as = Some(who);
+        Ok(self)
+    }
+
+    /// The user programs run as, when it is not the runner's own.
+    pub fn run_as_user(&self) -> Option<RunAs> {
+        self.run_as
     }
 
     /// The configuration.
@@ -220,7 +258,7 @@ impl Runner {
     }
 
     fn scope(&self) -> Result<RunScope, RunnerError> {
-        RunScope::create(&self.root).map_err(RunnerError::Setup)
+        RunScope::create(&self.root, self.run_as).map_err(RunnerError::Setup)
     }
 
     /// Runs a snippet with node. On the deadline: `timed_out`, exit code 124.
@@ -354,6 +392,27 @@ impl Runner {
     /// Each probe computes a value the runner checks, runs in its own working directory
     /// with the clean environment, and is bounded by [`PROBE_TIMEOUT`].
     pub async fn prove_languages(&self) -> Vec<String> {
+        if self.run_as.is_some() {
+            // Under another user, the end of each run kills every process of that user, so
+            // probes must not overlap.
+            let mut out = Vec::new();
+            for (name, path, args) in [
+                (
+                    "javascript",
+                    "node",
+                    &["-e", "console.log('plimsoll-probe-' + 6 * 7)"][..],
+                ),
+                (
+                    "python",
+                    "python3",
+                    &["-c", "print('plimsoll-probe-%d' % (6 * 7))"][..],
+                ),
+                ("shell", "sh", &["-c", "echo plimsoll-probe-$((6 * 7))"][..]),
+            ] {
+                out.extend(self.probe(name, path, args).await);
+            }
+            return out;
+        }
         let (js, py, sh) = tokio::join!(
             self.probe(
                 "javascript",

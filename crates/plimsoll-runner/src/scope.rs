@@ -13,7 +13,7 @@ use plimsoll_core::pb;
 use plimsoll_core::validate::check_relative_path;
 use rand::RngCore;
 
-use crate::tree;
+use crate::{tree, RunAs};
 
 /// Name of the directory, inside the working directory, that programs get as `TMPDIR`.
 pub const TMP_DIR_NAME: &str = ".tmp";
@@ -25,6 +25,7 @@ pub(crate) struct RunScope {
     tmp: PathBuf,
     tag: String,
     groups: Mutex<Vec<i32>>,
+    run_as: Option<RunAs>,
     ended: bool,
 }
 
@@ -42,8 +43,9 @@ fn random_hex(bytes: usize) -> String {
 }
 
 impl RunScope {
-    /// Creates a fresh working directory (mode 0700, random name) under `root`.
-    pub fn create(root: &Path) -> std::io::Result<RunScope> {
+    /// Creates a fresh working directory (mode 0700, random name) under `root`, owned by
+    /// `run_as` when the run's programs run as another user.
+    pub fn create(root: &Path, run_as: Option<RunAs>) -> std::io::Result<RunScope> {
         let dir = root.join(format!("run-{}", random_hex(16)));
         fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let tmp = dir.join(TMP_DIR_NAME);
@@ -52,11 +54,27 @@ impl RunScope {
             tmp,
             tag: random_hex(16),
             groups: Mutex::new(Vec::new()),
+            run_as,
             ended: false,
         };
         // From here on, dropping `scope` removes the directory.
         fs::DirBuilder::new().mode(0o700).create(&scope.tmp)?;
+        scope.give(&scope.dir)?;
+        scope.give(&scope.tmp)?;
         Ok(scope)
+    }
+
+    /// The user the run's programs run as, when it is not the runner's.
+    pub fn run_as(&self) -> Option<RunAs> {
+        self.run_as
+    }
+
+    /// Hands a path the runner created to the run's user (never following a symlink).
+    fn give(&self, path: &Path) -> std::io::Result<()> {
+        match self.run_as {
+            Some(who) => std::os::unix::fs::lchown(path, Some(who.uid), Some(who.gid)),
+            None => Ok(()),
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -79,6 +97,11 @@ impl RunScope {
             .push(pgid);
     }
 
+    /// The run's own user id, when its programs run as another user than the runner.
+    fn uid(&self) -> Option<u32> {
+        self.run_as.map(|w| w.uid)
+    }
+
     fn groups(&self) -> Vec<i32> {
         self.groups
             .lock()
@@ -88,7 +111,7 @@ impl RunScope {
 
     /// Kills every process of the run (bounded repeat until none is found).
     pub async fn kill_all(&self) {
-        tree::sweep(&self.tag, &self.dir, &self.groups()).await;
+        tree::sweep(&self.tag, &self.dir, &self.groups(), self.uid()).await;
     }
 
     /// Writes every file, or names the first path that is refused or cannot be written.
@@ -122,6 +145,9 @@ impl RunScope {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                     fs::create_dir(&at)
                         .map_err(|e| format!("file path {rel:?}: cannot create a parent: {e}"))?;
+                    self.give(&at).map_err(|e| {
+                        format!("file path {rel:?}: cannot hand a parent to the run's user: {e}")
+                    })?;
                 }
                 Err(e) => return Err(format!("file path {rel:?}: {e}")),
             }
@@ -141,6 +167,11 @@ impl RunScope {
             .map_err(|e| format!("file path {rel:?} cannot be written: {e}"))?;
         f.write_all(content)
             .map_err(|e| format!("file path {rel:?} cannot be written: {e}"))?;
+        if let Some(who) = self.run_as {
+            // Through the open descriptor: the very file written, whatever the path became.
+            std::os::unix::fs::fchown(&f, Some(who.uid), Some(who.gid))
+                .map_err(|e| format!("file path {rel:?}: cannot hand it to the run's user: {e}"))?;
+        }
         Ok(())
     }
 
@@ -254,7 +285,7 @@ impl Drop for RunScope {
     fn drop(&mut self) {
         if !self.ended {
             // The run's future was dropped (cancelled) or panicked: clean up right here.
-            tree::sweep_blocking(&self.tag, &self.dir, &self.groups());
+            tree::sweep_blocking(&self.tag, &self.dir, &self.groups(), self.uid());
             remove_tree(&self.dir);
         }
     }
@@ -321,7 +352,7 @@ mod tests {
     #[test]
     fn writes_and_removes() {
         let root = tempfile::tempdir().unwrap();
-        let scope = RunScope::create(root.path()).unwrap();
+        let scope = RunScope::create(root.path(), None).unwrap();
         let dir = scope.dir().to_path_buf();
         scope
             .write_files(&[file("a/b/c.txt", "hi"), file("top", "x")])
@@ -335,7 +366,7 @@ mod tests {
     #[test]
     fn refuses_bad_paths_before_writing_any() {
         let root = tempfile::tempdir().unwrap();
-        let scope = RunScope::create(root.path()).unwrap();
+        let scope = RunScope::create(root.path(), None).unwrap();
         for bad in ["/etc/x", "../x", "a/../../x", "a//b", ""] {
             let err = scope
                 .write_files(&[file("first", "1"), file(bad, "2")])
@@ -349,7 +380,7 @@ mod tests {
     fn refuses_writing_through_a_symlink() {
         let root = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
-        let scope = RunScope::create(root.path()).unwrap();
+        let scope = RunScope::create(root.path(), None).unwrap();
         std::os::unix::fs::symlink(outside.path(), scope.dir().join("link")).unwrap();
         std::os::unix::fs::symlink(outside.path().join("f"), scope.dir().join("leaf")).unwrap();
         assert!(scope.write_files(&[file("link/x", "1")]).is_err());
@@ -360,7 +391,7 @@ mod tests {
     #[test]
     fn artifacts_inside_links_ok_outside_refused() {
         let root = tempfile::tempdir().unwrap();
-        let scope = RunScope::create(root.path()).unwrap();
+        let scope = RunScope::create(root.path(), None).unwrap();
         scope.write_files(&[file("real.txt", "data")]).unwrap();
         std::os::unix::fs::symlink("real.txt", scope.dir().join("inner")).unwrap();
         std::os::unix::fs::symlink("/etc/hostname", scope.dir().join("outer")).unwrap();
@@ -385,7 +416,7 @@ mod tests {
     #[test]
     fn artifact_cap_drops_what_does_not_fit() {
         let root = tempfile::tempdir().unwrap();
-        let scope = RunScope::create(root.path()).unwrap();
+        let scope = RunScope::create(root.path(), None).unwrap();
         scope
             .write_files(&[file("a", "1234"), file("b", "123456"), file("c", "12")])
             .unwrap();
@@ -400,7 +431,7 @@ mod tests {
     #[test]
     fn removes_a_tree_without_permissions() {
         let root = tempfile::tempdir().unwrap();
-        let scope = RunScope::create(root.path()).unwrap();
+        let scope = RunScope::create(root.path(), None).unwrap();
         let dir = scope.dir().to_path_buf();
         scope.write_files(&[file("locked/f", "x")]).unwrap();
         fs::set_permissions(dir.join("locked"), fs::Permissions::from_mode(0o000)).unwrap();

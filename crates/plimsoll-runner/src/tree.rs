@@ -1,6 +1,7 @@
 //! Finding and killing every process of a run: its process groups, every process that
-//! carries the run's tag in its environment, and every process whose working directory is
-//! inside the run's working directory.
+//! carries the run's tag in its environment, every process whose working directory is
+//! inside the run's working directory, and, when the run has a user of its own
+//! ([`crate::RunAs`]), every process of that user.
 
 use std::collections::BTreeSet;
 use std::os::unix::ffi::OsStrExt;
@@ -32,14 +33,21 @@ struct Proc {
 /// Reads `/proc/<pid>/environ`, which this user can read only for its own processes: that
 /// is every process a run can start. Returns an empty list when /proc cannot be read.
 pub fn processes_with_tag(tag: &str) -> Vec<i32> {
-    scan(tag, None)
+    scan(tag, None, None)
         .into_iter()
         .filter(|p| p.tagged)
         .map(|p| p.pid)
         .collect()
 }
 
-fn scan(tag: &str, workdir: Option<&Path>) -> Vec<Proc> {
+/// The real and effective user ids from `/proc/<pid>/status` (readable for every process).
+fn uids(status: &str) -> Option<(u32, u32)> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    let mut ids = line.split_ascii_whitespace();
+    Some((ids.next()?.parse().ok()?, ids.next()?.parse().ok()?))
+}
+
+fn scan(tag: &str, workdir: Option<&Path>, run_uid: Option<u32>) -> Vec<Proc> {
     let needle = format!("{RUN_TAG_VAR}={tag}").into_bytes();
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -58,9 +66,21 @@ fn scan(tag: &str, workdir: Option<&Path>) -> Vec<Proc> {
             continue;
         }
         let base = entry.path();
-        // Another user's process (or one already gone): nothing a run could have started.
-        let Ok(environ) = std::fs::read(base.join("environ")) else {
-            continue;
+        // Under a user of the run's own, every process of that user is the run's, even one
+        // whose environment the runner may not read.
+        let owned = run_uid.is_some_and(|u| {
+            std::fs::read_to_string(base.join("status"))
+                .ok()
+                .as_deref()
+                .and_then(uids)
+                .is_some_and(|(real, effective)| real == u || effective == u)
+        });
+        // Another user's process (or one already gone): nothing a run could have started,
+        // unless it is of the run's own user.
+        let environ = match std::fs::read(base.join("environ")) {
+            Ok(e) => e,
+            Err(_) if owned => Vec::new(),
+            Err(_) => continue,
         };
         let Some((state, pgrp)) = std::fs::read_to_string(base.join("stat"))
             .ok()
@@ -76,7 +96,7 @@ fn scan(tag: &str, workdir: Option<&Path>) -> Vec<Proc> {
         let cwd_inside = workdir.is_some_and(|w| {
             std::fs::read_link(base.join("cwd")).is_ok_and(|cwd| cwd_is_inside(&cwd, w))
         });
-        if tagged || cwd_inside {
+        if tagged || cwd_inside || owned {
             found.push(Proc {
                 pid,
                 pgrp,
@@ -122,8 +142,8 @@ pub(crate) fn kill_group(pgid: i32) {
 
 /// One sweep round: kills every process of the run still alive, and each of `groups`
 /// that still holds one of them. Returns how many processes were found.
-fn sweep_round(tag: &str, workdir: &Path, groups: &[i32]) -> usize {
-    let found = scan(tag, Some(workdir));
+fn sweep_round(tag: &str, workdir: &Path, groups: &[i32], run_uid: Option<u32>) -> usize {
+    let found = scan(tag, Some(workdir), run_uid);
     let live_groups: BTreeSet<i32> = found
         .iter()
         .map(|p| p.pgrp)
@@ -146,9 +166,9 @@ fn sweep_round(tag: &str, workdir: &Path, groups: &[i32]) -> usize {
 
 /// Kills every process of the run, repeating until a scan finds none (bounded).
 /// Returns whether the run's processes are all gone.
-pub(crate) async fn sweep(tag: &str, workdir: &Path, groups: &[i32]) -> bool {
+pub(crate) async fn sweep(tag: &str, workdir: &Path, groups: &[i32], run_uid: Option<u32>) -> bool {
     for _ in 0..MAX_ROUNDS {
-        if sweep_round(tag, workdir, groups) == 0 {
+        if sweep_round(tag, workdir, groups, run_uid) == 0 {
             return true;
         }
         tokio::time::sleep(ROUND_PAUSE).await;
@@ -158,9 +178,14 @@ pub(crate) async fn sweep(tag: &str, workdir: &Path, groups: &[i32]) -> bool {
 }
 
 /// [`sweep`] for a `Drop`: blocks the calling thread between rounds.
-pub(crate) fn sweep_blocking(tag: &str, workdir: &Path, groups: &[i32]) -> bool {
+pub(crate) fn sweep_blocking(
+    tag: &str,
+    workdir: &Path,
+    groups: &[i32],
+    run_uid: Option<u32>,
+) -> bool {
     for _ in 0..MAX_ROUNDS {
-        if sweep_round(tag, workdir, groups) == 0 {
+        if sweep_round(tag, workdir, groups, run_uid) == 0 {
             return true;
         }
         std::thread::sleep(ROUND_PAUSE);
