@@ -243,7 +243,8 @@ async fn start_terminator(
     .env("PLIMSOLL_SANDBOXD_TLS_DIR", &m.cert_dir)
     .env("PLIMSOLL_SANDBOXD_TLS_LISTEN", "127.0.0.1:0")
     .env("PLIMSOLL_SANDBOXD_TLS_UPSTREAM", upstream.to_string())
-    .env("PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS", "4096");
+    .env("PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS", "4096")
+    .env("PLIMSOLL_SANDBOXD_TLS_MAX_HANDSHAKES", "4096");
     let p = Proc::spawn(cmd)?;
     // sandboxd logs its own "listening on" line into the same stream.
     let line = p.wait_line("forwarding TLS 1.3").await?;

@@ -43,7 +43,9 @@ Environment (all optional):
                                               (tests running several pairs) [127.0.0.1:9091]
   PLIMSOLL_SANDBOXD_TLS_HANDSHAKE_TIMEOUT_MS  TLS handshake bound [10000]
   PLIMSOLL_SANDBOXD_TLS_IDLE_TIMEOUT_MS       close after no byte either way [120000]
-  PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS       connections open at once [64]
+  PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS       established (forwarding) connections at once [64]
+  PLIMSOLL_SANDBOXD_TLS_MAX_HANDSHAKES        connections not yet forwarding (handshaking) at
+                                              once, apart from the established ones [128]
   PLIMSOLL_SANDBOXD_TLS_DRAIN_TIMEOUT_MS      drain bound after SIGTERM [20000]
   PLIMSOLL_SANDBOXD_TLS_RELOAD_INTERVAL_MS    Secret poll interval [2000]
   PLIMSOLL_SANDBOXD_TLS_STARTUP_TIMEOUT_MS    wait for sandboxd to accept [30000]

@@ -382,6 +382,55 @@ fn a_broken_rotated_pair_keeps_the_old_one() {
 }
 
 #[test]
+fn an_expired_or_not_yet_valid_rotated_pair_keeps_the_old_one() {
+    let ca = Ca::new("ca");
+    let first = ca.leaf(&[SERVER_NAME]);
+    let pod = Pod::start(&first);
+    let expired = ca.leaf_valid(&[SERVER_NAME], 2000, 2001);
+    let future = ca.leaf_valid(&[SERVER_NAME], 3999, 4000);
+    let no_key_material = |line: &str, leaf: &Leaf| {
+        for chunk in leaf.key_pem.lines().filter(|l| !l.starts_with("-----")) {
+            assert!(!line.contains(chunk), "key material in the log: {line}");
+        }
+        assert!(!line.contains("PRIVATE KEY"), "{line}");
+    };
+
+    kubelet_write(&pod.cert_dir, &expired.cert_pem, &expired.key_pem);
+    let line = pod.proc.wait_line("rotated certificate pair refused");
+    assert!(line.contains("has expired"), "{line}");
+    no_key_material(&line, &expired);
+    assert_eq!(served_cert(&ca, pod.addr), first.der);
+
+    kubelet_write(&pod.cert_dir, &future.cert_pem, &future.key_pem);
+    let deadline = Instant::now() + PATIENCE;
+    while pod.proc.count("rotated certificate pair refused") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the future pair was never refused"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let line = pod
+        .proc
+        .log()
+        .into_iter()
+        .find(|l| l.contains("not valid yet"))
+        .expect("the refusal says why");
+    no_key_material(&line, &future);
+    assert_eq!(served_cert(&ca, pod.addr), first.der);
+    assert_eq!(pod.proc.count("reloaded certificate"), 0);
+
+    // The old pair still carries calls.
+    let tls = client_tls(pod.work.path(), &[&ca]);
+    runtime().block_on(async {
+        let c = SandboxdClient::connect_tls(&tls, pod.addr, &token())
+            .await
+            .unwrap();
+        c.health().await.unwrap();
+    });
+}
+
+#[test]
 fn wrong_sandboxd_flags_are_refused() {
     let cases: [(&[&str], &str); 4] = [
         (&["--grpc-port=9091"], "--listen-host"),
@@ -511,11 +560,12 @@ fn a_client_that_never_finishes_the_handshake_does_not_hold_the_slot() {
         PodOpts {
             env: vec![
                 ("PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS", "1".into()),
+                ("PLIMSOLL_SANDBOXD_TLS_MAX_HANDSHAKES", "1".into()),
                 ("PLIMSOLL_SANDBOXD_TLS_HANDSHAKE_TIMEOUT_MS", "300".into()),
             ],
         },
     );
-    // Occupies the only slot: a TLS record header, then silence.
+    // Occupies the only handshake slot: a TLS record header, then silence.
     let mut slow = TcpStream::connect(pod.addr).unwrap();
     slow.write_all(&[0x16, 0x03, 0x01]).unwrap();
     let tls = client_tls(pod.work.path(), &[&ca]).with_timeout(PATIENCE);
@@ -527,6 +577,61 @@ fn a_client_that_never_finishes_the_handshake_does_not_hold_the_slot() {
     });
     pod.proc.wait_line("TLS handshake not completed within");
     assert_closed_without_data(&mut slow);
+}
+
+#[test]
+fn stalled_handshakes_up_to_their_bound_do_not_stop_a_real_client() {
+    // Five stalled clients against one established slot and six handshake slots. The
+    // handshake bound is far past the test's length, so no stalled client is dropped: the
+    // real client gets in only because handshakes and established connections are counted
+    // apart (with one shared count, the first stalled client would hold the only slot).
+    const HANDSHAKES: usize = 6;
+    let ca = Ca::new("ca");
+    let pod = Pod::start_with(
+        &ca.leaf(&[SERVER_NAME]),
+        PodOpts {
+            env: vec![
+                ("PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS", "1".into()),
+                (
+                    "PLIMSOLL_SANDBOXD_TLS_MAX_HANDSHAKES",
+                    HANDSHAKES.to_string(),
+                ),
+                (
+                    "PLIMSOLL_SANDBOXD_TLS_HANDSHAKE_TIMEOUT_MS",
+                    "3600000".into(),
+                ),
+            ],
+        },
+    );
+    // Each stalled client sends a TLS record header, then silence. They connect first, so
+    // they are ahead of the real client in the accept queue.
+    let mut stalled: Vec<TcpStream> = (0..HANDSHAKES - 1)
+        .map(|_| {
+            let mut s = TcpStream::connect(pod.addr).unwrap();
+            s.write_all(&[0x16, 0x03, 0x01]).unwrap();
+            s
+        })
+        .collect();
+    let tls = client_tls(pod.work.path(), &[&ca]).with_timeout(PATIENCE);
+    runtime().block_on(async {
+        let c = SandboxdClient::connect_tls(&tls, pod.addr, &token())
+            .await
+            .expect("a real client completes the handshake past the stalled ones");
+        let health = c.health().await.unwrap();
+        assert!(health.languages.iter().any(|l| l == "shell"), "{health:?}");
+    });
+    pod.expect_sandboxd_calls(1);
+    // No stalled client was dropped to make room, and none was forwarded.
+    assert_eq!(pod.proc.count("TLS handshake not completed"), 0);
+    for s in &mut stalled {
+        s.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 16];
+        match s.read(&mut buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("a stalled client was closed or answered: {other:?}"),
+        }
+    }
+    drop(stalled);
 }
 
 #[test]

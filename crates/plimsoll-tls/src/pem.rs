@@ -34,6 +34,66 @@ pub enum PairError {
     /// The key does not belong to the first certificate of the chain.
     #[error("tls.key does not match the first certificate in tls.crt: {0}")]
     Mismatch(String),
+    /// The first certificate's `notAfter` has passed.
+    #[error(
+        "the certificate in tls.crt has expired: not after {not_after}, now {now} ({summary})"
+    )]
+    Expired {
+        /// `notAfter`.
+        not_after: String,
+        /// The time it was checked at.
+        now: String,
+        /// Subject, names and SHA-256 of the refused certificate (never key material).
+        summary: String,
+    },
+    /// The first certificate's `notBefore` has not come yet.
+    #[error("the certificate in tls.crt is not valid yet: not before {not_before}, now {now} ({summary})")]
+    NotYetValid {
+        /// `notBefore`.
+        not_before: String,
+        /// The time it was checked at.
+        now: String,
+        /// Subject, names and SHA-256 of the refused certificate (never key material).
+        summary: String,
+    },
+    /// The first certificate cannot be parsed to read its validity.
+    #[error("the certificate in tls.crt cannot be parsed to read its validity: {0}")]
+    Unparsable(String),
+}
+
+/// Checks that `now` lies within the certificate's validity (`notBefore` ≤ now ≤
+/// `notAfter`, to the second). The terminator refuses to swap in a rotated pair that fails
+/// this; an error describes the certificate by subject, names and SHA-256 only.
+pub fn check_validity(
+    cert: &CertificateDer<'_>,
+    now: std::time::SystemTime,
+) -> Result<(), PairError> {
+    let (_, x) = x509_parser::parse_x509_certificate(cert.as_ref())
+        .map_err(|e| PairError::Unparsable(e.to_string()))?;
+    let secs = match now.duration_since(std::time::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_secs()).unwrap_or(i64::MAX),
+    };
+    let now_text = || {
+        x509_parser::time::ASN1Time::from_timestamp(secs)
+            .map_or_else(|_| format!("{secs} s after 1970"), |t| t.to_string())
+    };
+    let v = x.validity();
+    if secs < v.not_before.timestamp() {
+        return Err(PairError::NotYetValid {
+            not_before: v.not_before.to_string(),
+            now: now_text(),
+            summary: summarize(cert).to_string(),
+        });
+    }
+    if secs > v.not_after.timestamp() {
+        return Err(PairError::Expired {
+            not_after: v.not_after.to_string(),
+            now: now_text(),
+            summary: summarize(cert).to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Builds a [`CertifiedKey`] from the PEM text of `tls.crt` (leaf first, then any
@@ -370,6 +430,44 @@ mod tests {
         std::fs::write(&empty, "").unwrap();
         let err = read_ca_file(&empty).unwrap_err();
         assert!(err.to_string().contains("empty.pem"), "{err}");
+    }
+
+    fn pair_valid(not_before: (i32, u8, u8), not_after: (i32, u8, u8)) -> CertificateDer<'static> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params =
+            rcgen::CertificateParams::new(vec!["sandboxd.plimsoll.invalid".into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(not_before.0, not_before.1, not_before.2);
+        params.not_after = rcgen::date_time_ymd(not_after.0, not_after.1, not_after.2);
+        let cert = params.self_signed(&key).unwrap();
+        CertificateDer::from(cert.der().to_vec())
+    }
+
+    #[test]
+    fn validity_is_checked_against_the_given_time() {
+        let now = std::time::SystemTime::now();
+        check_validity(&pair_valid((2000, 1, 1), (4000, 1, 1)), now).unwrap();
+        match check_validity(&pair_valid((2000, 1, 1), (2001, 1, 1)), now).unwrap_err() {
+            PairError::Expired {
+                not_after, summary, ..
+            } => {
+                assert!(not_after.contains("2001"), "{not_after}");
+                assert!(summary.contains("sandboxd.plimsoll.invalid"), "{summary}");
+            }
+            e => panic!("{e}"),
+        }
+        match check_validity(&pair_valid((3999, 1, 1), (4000, 1, 1)), now).unwrap_err() {
+            PairError::NotYetValid { not_before, .. } => {
+                assert!(not_before.contains("3999"), "{not_before}")
+            }
+            e => panic!("{e}"),
+        }
+        // The bounds themselves are inside the validity.
+        let c = pair_valid((2000, 1, 1), (2001, 1, 1));
+        let at = |y: u64| std::time::UNIX_EPOCH + std::time::Duration::from_secs(y);
+        check_validity(&c, at(946_684_800)).unwrap(); // 2000-01-01T00:00:00Z
+        check_validity(&c, at(978_307_200)).unwrap(); // 2001-01-01T00:00:00Z
+        assert!(check_validity(&c, at(978_307_201)).is_err());
+        assert!(check_validity(&c, at(946_684_799)).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
 
-use crate::pem::{certified_key_from_pem, summarize, CertSummary, PairError};
+use crate::pem::{certified_key_from_pem, check_validity, summarize, CertSummary, PairError};
 use crate::{provider, ALPN_H2};
 
 /// The certificate new handshakes get. Swapping it never touches open connections: each
@@ -106,6 +106,15 @@ pub enum ReloadOutcome {
     Pending,
 }
 
+/// A rotated pair that was good but outside its validity when last polled. It is checked
+/// again at every poll (a certificate issued a moment ahead of this node's clock becomes
+/// valid without a new Secret), and swapped in once valid.
+#[derive(Debug)]
+struct OutOfValidity {
+    digest: [u8; 32],
+    key: Arc<CertifiedKey>,
+}
+
 /// The Secret mount (`tls.crt`, `tls.key`). The kubelet updates it by swapping a `..data`
 /// symlink, so it is polled by content (following the symlinks each time), never watched by
 /// inode.
@@ -115,6 +124,7 @@ pub struct CertDir {
     served: [u8; 32],
     rejected: Option<[u8; 32]>,
     pending: Option<[u8; 32]>,
+    out_of_validity: Option<OutOfValidity>,
     cert: Arc<RotatingCert>,
 }
 
@@ -140,6 +150,7 @@ impl CertDir {
                 served: digest,
                 rejected: None,
                 pending: None,
+                out_of_validity: None,
                 cert: RotatingCert::new(ck),
             },
             summary,
@@ -156,31 +167,57 @@ impl CertDir {
         self.cert.clone()
     }
 
-    /// Re-reads both files and, when their bytes changed and make a good pair, swaps it in.
+    fn swap_in(&mut self, digest: [u8; 32], ck: Arc<CertifiedKey>) -> ReloadOutcome {
+        let summary = summarize(&ck.cert[0]);
+        self.cert.swap(ck);
+        self.served = digest;
+        self.pending = None;
+        self.rejected = None;
+        self.out_of_validity = None;
+        ReloadOutcome::Reloaded(summary)
+    }
+
+    /// Re-reads both files and, when their bytes changed and make a good pair whose
+    /// certificate is valid now (`notBefore` ≤ now ≤ `notAfter`), swaps it in.
     pub fn poll(&mut self) -> ReloadOutcome {
+        self.poll_at(std::time::SystemTime::now())
+    }
+
+    /// [`CertDir::poll`] with the validity checked against `now`.
+    pub fn poll_at(&mut self, now: std::time::SystemTime) -> ReloadOutcome {
         let (digest, read) = read_pair(&self.dir);
         if digest == self.served {
             self.pending = None;
+            self.out_of_validity = None;
             return ReloadOutcome::Unchanged;
         }
         if self.rejected == Some(digest) {
+            // Refused for its validity: time may have made it good.
+            if let Some(o) = self.out_of_validity.as_ref().filter(|o| o.digest == digest) {
+                if check_validity(&o.key.cert[0], now).is_ok() {
+                    let ck = o.key.clone();
+                    return self.swap_in(digest, ck);
+                }
+            }
             return ReloadOutcome::Unchanged;
         }
         let result = read.and_then(|(crt, key)| {
-            certified_key_from_pem(&crt, &key).map_err(|source| CertDirError::Pair {
+            let pair_error = |source| CertDirError::Pair {
                 dir: self.dir.clone(),
                 source,
-            })
+            };
+            let ck = certified_key_from_pem(&crt, &key).map_err(pair_error)?;
+            if let Err(e) = check_validity(&ck.cert[0], now) {
+                self.out_of_validity = Some(OutOfValidity {
+                    digest,
+                    key: ck.clone(),
+                });
+                return Err(pair_error(e));
+            }
+            Ok(ck)
         });
         match result {
-            Ok(ck) => {
-                let summary = summarize(&ck.cert[0]);
-                self.cert.swap(ck);
-                self.served = digest;
-                self.pending = None;
-                self.rejected = None;
-                ReloadOutcome::Reloaded(summary)
-            }
+            Ok(ck) => self.swap_in(digest, ck),
             Err(e) => {
                 if self.pending == Some(digest) {
                     self.pending = None;
@@ -263,6 +300,66 @@ mod tests {
         assert!(matches!(cd.poll(), ReloadOutcome::Rejected(_)));
         assert!(matches!(cd.poll(), ReloadOutcome::Unchanged));
         assert!(Arc::ptr_eq(&served, &cd.cert().current()));
+    }
+
+    /// Writes a self-signed pair valid from `not_before` to `not_after` (years, 1 January).
+    fn write_pair_valid(dir: &Path, name: &str, not_before: i32, not_after: i32) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![name.into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(not_before, 1, 1);
+        params.not_after = rcgen::date_time_ymd(not_after, 1, 1);
+        let cert = params.self_signed(&key).unwrap();
+        std::fs::write(dir.join(CERT_FILE), cert.pem()).unwrap();
+        std::fs::write(dir.join(KEY_FILE), key.serialize_pem()).unwrap();
+    }
+
+    #[test]
+    fn expired_and_not_yet_valid_rotations_keep_the_old_pair() {
+        let d = tempfile::tempdir().unwrap();
+        write_pair(d.path(), "one.invalid");
+        let (mut cd, _) = CertDir::open(d.path()).unwrap();
+        let served = cd.cert().current();
+
+        // Expired: refused (after the second poll that saw it), the old pair kept.
+        write_pair_valid(d.path(), "expired.invalid", 2000, 2001);
+        assert!(matches!(cd.poll(), ReloadOutcome::Pending));
+        match cd.poll() {
+            ReloadOutcome::Rejected(e) => {
+                let m = e.to_string();
+                assert!(
+                    m.contains("has expired") && m.contains("expired.invalid"),
+                    "{m}"
+                );
+                assert!(!m.contains("PRIVATE KEY"), "{m}");
+            }
+            o => panic!("{o:?}"),
+        }
+        assert!(matches!(cd.poll(), ReloadOutcome::Unchanged));
+        assert!(Arc::ptr_eq(&served, &cd.cert().current()));
+
+        // Not yet valid: refused, the old pair kept; once its time comes it is swapped in
+        // without a new Secret.
+        write_pair_valid(d.path(), "future.invalid", 3999, 4000);
+        assert!(matches!(cd.poll(), ReloadOutcome::Pending));
+        match cd.poll() {
+            ReloadOutcome::Rejected(e) => {
+                let m = e.to_string();
+                assert!(
+                    m.contains("not valid yet") && m.contains("future.invalid"),
+                    "{m}"
+                )
+            }
+            o => panic!("{o:?}"),
+        }
+        assert!(matches!(cd.poll(), ReloadOutcome::Unchanged));
+        assert!(Arc::ptr_eq(&served, &cd.cert().current()));
+        // 3999-06-01, inside its validity.
+        let later = std::time::UNIX_EPOCH + std::time::Duration::from_secs(64_042_099_200);
+        match cd.poll_at(later) {
+            ReloadOutcome::Reloaded(s) => assert_eq!(s.names, vec!["future.invalid"]),
+            o => panic!("{o:?}"),
+        }
+        assert!(!Arc::ptr_eq(&served, &cd.cert().current()));
     }
 
     #[test]

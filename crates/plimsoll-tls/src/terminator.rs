@@ -9,11 +9,11 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
@@ -34,8 +34,12 @@ pub struct TerminatorConfig {
     pub handshake_timeout: Duration,
     /// A connection with no byte in either direction for this long is closed (default 120 s).
     pub idle_timeout: Duration,
-    /// Connections open at once, handshaking or proxying (default 64).
+    /// Established connections (forwarding to sandboxd) open at once (default 64).
     pub max_connections: usize,
+    /// Connections accepted but not yet forwarding (screening, TLS handshake, waiting for a
+    /// connection slot) at once (default 128). Counted apart from `max_connections`, so
+    /// clients that stall in the handshake cannot take the slots established connections use.
+    pub max_handshakes: usize,
     /// On shutdown, open connections get this long to finish (default 20 s).
     pub drain_timeout: Duration,
     /// How often the Secret directory is re-read (default 2 s).
@@ -56,8 +60,10 @@ pub mod env {
     pub const HANDSHAKE_TIMEOUT_MS: &str = "PLIMSOLL_SANDBOXD_TLS_HANDSHAKE_TIMEOUT_MS";
     /// Idle timeout, milliseconds.
     pub const IDLE_TIMEOUT_MS: &str = "PLIMSOLL_SANDBOXD_TLS_IDLE_TIMEOUT_MS";
-    /// Maximum open connections.
+    /// Maximum established (forwarding) connections.
     pub const MAX_CONNECTIONS: &str = "PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS";
+    /// Maximum connections still handshaking.
+    pub const MAX_HANDSHAKES: &str = "PLIMSOLL_SANDBOXD_TLS_MAX_HANDSHAKES";
     /// Drain bound on SIGTERM, milliseconds.
     pub const DRAIN_TIMEOUT_MS: &str = "PLIMSOLL_SANDBOXD_TLS_DRAIN_TIMEOUT_MS";
     /// Secret poll interval, milliseconds.
@@ -67,13 +73,14 @@ pub mod env {
     /// sandboxd's path.
     pub const SANDBOXD_BIN: &str = "PLIMSOLL_SANDBOXD_BIN";
     /// Every `PLIMSOLL_SANDBOXD_TLS_*` variable read; others with that prefix are reported.
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 10] = [
         LISTEN,
         DIR,
         UPSTREAM,
         HANDSHAKE_TIMEOUT_MS,
         IDLE_TIMEOUT_MS,
         MAX_CONNECTIONS,
+        MAX_HANDSHAKES,
         DRAIN_TIMEOUT_MS,
         RELOAD_INTERVAL_MS,
         STARTUP_TIMEOUT_MS,
@@ -101,6 +108,7 @@ impl Default for TerminatorConfig {
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
             max_connections: 64,
+            max_handshakes: 128,
             drain_timeout: Duration::from_secs(20),
             reload_interval: Duration::from_secs(2),
             startup_timeout: Duration::from_secs(30),
@@ -161,17 +169,19 @@ impl TerminatorConfig {
         if let Some(v) = val(env::STARTUP_TIMEOUT_MS) {
             c.startup_timeout = ms(v)?;
         }
-        if let Some((name, v)) = val(env::MAX_CONNECTIONS) {
-            c.max_connections = match v.parse::<usize>() {
-                Ok(n) if n > 0 => n,
-                _ => {
-                    return Err(EnvError {
-                        name,
-                        value: v,
-                        why: "not a positive number".into(),
-                    })
-                }
-            };
+        let count = |(name, v): (&'static str, String)| match v.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(EnvError {
+                name,
+                value: v,
+                why: "not a positive number".into(),
+            }),
+        };
+        if let Some(v) = val(env::MAX_CONNECTIONS) {
+            c.max_connections = count(v)?;
+        }
+        if let Some(v) = val(env::MAX_HANDSHAKES) {
+            c.max_handshakes = count(v)?;
         }
         Ok(c)
     }
@@ -254,7 +264,8 @@ pub struct Counters {
     pub accepted: AtomicU64,
     /// Connections forwarded to sandboxd.
     pub forwarded: AtomicU64,
-    /// Connections refused before forwarding (not TLS, failed handshake, no h2, timeout).
+    /// Connections refused before forwarding (not TLS, failed handshake, no h2, timeout,
+    /// no connection slot free within the handshake timeout).
     pub refused: AtomicU64,
     /// Connections closed by the idle timeout.
     pub idle_closed: AtomicU64,
@@ -271,6 +282,9 @@ pub struct DrainReport {
 
 struct Shared {
     acceptor: TlsAcceptor,
+    /// Established (forwarding) connections; taken after the handshake.
+    established: Arc<Semaphore>,
+    max_connections: usize,
     upstream: SocketAddr,
     handshake_timeout: Duration,
     idle_timeout: Duration,
@@ -296,6 +310,16 @@ impl Terminator {
             "serving certificate from {}: {summary}",
             cfg.cert_dir.display()
         );
+        // At startup there is no previous pair to keep: an out-of-date one is served (every
+        // client will refuse it) and said loudly, so the pod's log names the fault.
+        if let Err(e) =
+            crate::pem::check_validity(&cert_dir.cert().current().cert[0], SystemTime::now())
+        {
+            tracing::warn!(
+                "{}: {e}; serving it until a valid pair is rotated in, and clients will refuse it",
+                cfg.cert_dir.display()
+            );
+        }
         let listener =
             TcpListener::bind(cfg.listen)
                 .await
@@ -305,6 +329,8 @@ impl Terminator {
                 })?;
         let shared = Arc::new(Shared {
             acceptor: TlsAcceptor::from(server_config(cert_dir.cert())),
+            established: Arc::new(Semaphore::new(cfg.max_connections)),
+            max_connections: cfg.max_connections,
             upstream: cfg.upstream,
             handshake_timeout: cfg.handshake_timeout,
             idle_timeout: cfg.idle_timeout,
@@ -361,14 +387,17 @@ impl Terminator {
                 }
             }
         });
-        let slots = Arc::new(Semaphore::new(cfg.max_connections));
+        // A handshake slot is taken before `accept` and given back once the connection
+        // forwards (it then holds a connection slot instead) or is refused; connections
+        // past the bound wait in the kernel's accept queue.
+        let handshakes = Arc::new(Semaphore::new(cfg.max_handshakes));
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 Some(_) = conns.join_next(), if !conns.is_empty() => {}
-                permit = slots.clone().acquire_owned() => {
+                permit = handshakes.clone().acquire_owned() => {
                     let permit = permit.expect("the semaphore is never closed");
                     tokio::select! {
                         _ = &mut shutdown => break,
@@ -377,8 +406,7 @@ impl Terminator {
                                 shared.counters.accepted.fetch_add(1, Ordering::Relaxed);
                                 let shared = shared.clone();
                                 conns.spawn(async move {
-                                    serve_connection(stream, peer, &shared).await;
-                                    drop(permit);
+                                    serve_connection(stream, peer, &shared, permit).await;
                                 });
                             }
                             Err(e) => {
@@ -417,26 +445,52 @@ impl Terminator {
     }
 }
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, sh: &Shared) {
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    sh: &Shared,
+    handshake_slot: OwnedSemaphorePermit,
+) {
     let _ = stream.set_nodelay(true);
-    let tls =
-        match tokio::time::timeout(sh.handshake_timeout, accept_tls(stream, &sh.acceptor)).await {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(refused)) => {
-                sh.counters.refused.fetch_add(1, Ordering::Relaxed);
-                limited_warn!(sh.log, "refused {peer}: {refused}");
-                return;
-            }
-            Err(_) => {
-                sh.counters.refused.fetch_add(1, Ordering::Relaxed);
-                limited_warn!(
-                    sh.log,
-                    "refused {peer}: TLS handshake not completed within {:?}; connection dropped",
-                    sh.handshake_timeout
-                );
-                return;
-            }
-        };
+    let deadline = tokio::time::Instant::now() + sh.handshake_timeout;
+    let tls = match tokio::time::timeout_at(deadline, accept_tls(stream, &sh.acceptor)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(refused)) => {
+            sh.counters.refused.fetch_add(1, Ordering::Relaxed);
+            limited_warn!(sh.log, "refused {peer}: {refused}");
+            return;
+        }
+        Err(_) => {
+            sh.counters.refused.fetch_add(1, Ordering::Relaxed);
+            limited_warn!(
+                sh.log,
+                "refused {peer}: TLS handshake not completed within {:?}; connection dropped",
+                sh.handshake_timeout
+            );
+            return;
+        }
+    };
+    // The handshake is done: the connection now needs one of the established slots. It
+    // keeps its handshake slot while it waits, and waits no longer than the handshake bound.
+    let _established = match tokio::time::timeout_at(
+        deadline,
+        sh.established.clone().acquire_owned(),
+    )
+    .await
+    {
+        Ok(permit) => permit.expect("the semaphore is never closed"),
+        Err(_) => {
+            sh.counters.refused.fetch_add(1, Ordering::Relaxed);
+            limited_warn!(
+                sh.log,
+                "refused {peer}: all {} connection slots stayed busy for {:?} after the handshake; closed without forwarding",
+                sh.max_connections,
+                sh.handshake_timeout
+            );
+            return;
+        }
+    };
+    drop(handshake_slot);
     let upstream =
         match tokio::time::timeout(sh.handshake_timeout, TcpStream::connect(sh.upstream)).await {
             Ok(Ok(s)) => s,
@@ -605,6 +659,7 @@ mod tests {
             (env::LISTEN, "127.0.0.5:0"),
             (env::UPSTREAM, "127.0.0.5:7000"),
             (env::MAX_CONNECTIONS, "3"),
+            (env::MAX_HANDSHAKES, "5"),
             (env::HANDSHAKE_TIMEOUT_MS, "250"),
         ]
         .into();
@@ -612,6 +667,7 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.5:0".parse().unwrap());
         assert_eq!(c.upstream, "127.0.0.5:7000".parse().unwrap());
         assert_eq!(c.max_connections, 3);
+        assert_eq!(c.max_handshakes, 5);
         assert_eq!(c.handshake_timeout, Duration::from_millis(250));
 
         for (k, v) in [
@@ -619,6 +675,7 @@ mod tests {
             (env::LISTEN, "nope"),
             (env::IDLE_TIMEOUT_MS, "0"),
             (env::MAX_CONNECTIONS, "-1"),
+            (env::MAX_HANDSHAKES, "0"),
         ] {
             let e = TerminatorConfig::from_env(|n| (n == k).then(|| v.to_string())).unwrap_err();
             assert_eq!(e.name, k);

@@ -44,9 +44,22 @@ impl Ca {
 
     /// A leaf for `names`: (cert PEM, key PEM, cert DER).
     pub fn leaf(&self, names: &[&str]) -> Leaf {
+        self.leaf_with(names, |_| {})
+    }
+
+    /// A leaf valid from 1 January of `not_before` to 1 January of `not_after` (years).
+    pub fn leaf_valid(&self, names: &[&str], not_before: i32, not_after: i32) -> Leaf {
+        self.leaf_with(names, |p| {
+            p.not_before = rcgen::date_time_ymd(not_before, 1, 1);
+            p.not_after = rcgen::date_time_ymd(not_after, 1, 1);
+        })
+    }
+
+    fn leaf_with(&self, names: &[&str], edit: impl FnOnce(&mut CertificateParams)) -> Leaf {
         let key = KeyPair::generate().unwrap();
         let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
             .unwrap();
+        edit(&mut p);
         p.distinguished_name.push(DnType::CommonName, names[0]);
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
