@@ -45,6 +45,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     ("PLIMSOLL_GRANTS_FILE", "grant profiles for the broker"),
     (
+        "PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS",
+        "1 states you trust every caller with every grant: needed for grants on the process provider with more than one caller",
+    ),
+    (
         "PLIMSOLL_WITHHELD_SET",
         "withheld set the docker provider scans its images against at startup",
     ),
@@ -241,6 +245,11 @@ pub struct Config {
     /// Grant profiles from `PLIMSOLL_GRANTS_FILE`, credentials resolved at startup (empty
     /// when unset: every grant request is refused).
     pub grants: plimsoll_grants::Grants,
+    /// `PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS`: the operator's statement that every
+    /// caller may use every grant, which the process provider needs for grants with more
+    /// than one caller (its runs share one user, so any run can take another run's relay
+    /// secret).
+    pub process_grants_trust_all_callers: bool,
     /// The docker provider's settings (`Some` when `SANDBOX_PROVIDER=docker`).
     pub docker: Option<plimsoll_docker::DockerConfig>,
     /// The agentsandbox provider's settings (`Some` when `SANDBOX_PROVIDER=agentsandbox`).
@@ -468,6 +477,18 @@ impl Config {
             })
             .map_err(|e| bad("PLIMSOLL_GRANTS_FILE", e.to_string()))?,
         };
+        let process_grants_trust_all_callers = parse_bool(
+            "PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS",
+            env.get("PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS")
+                .as_deref(),
+        )?;
+        process_grants_check(
+            provider,
+            &grants,
+            &auth,
+            clients_file.as_deref(),
+            process_grants_trust_all_callers,
+        )?;
         let state_dir = get("PLIMSOLL_STATE_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| std::env::temp_dir().join("plimsoll"));
@@ -490,6 +511,7 @@ impl Config {
         Ok(Config {
             agentsandbox,
             grants,
+            process_grants_trust_all_callers,
             addr,
             metrics_addr,
             auth,
@@ -537,10 +559,44 @@ impl Config {
             shutdown_grace: Duration::from_secs(10),
             encrypted_pod_network: false,
             grants: plimsoll_grants::Grants::empty(),
+            process_grants_trust_all_callers: false,
             docker: None,
             agentsandbox: None,
         }
     }
+}
+
+/// Grants on the process provider with more than one caller are refused unless the operator
+/// states they trust every caller. The process tier has no wall: every run is a child of
+/// plimsolld under its user, so one run can read another's relay address and secret (from
+/// `/proc/<pid>/environ`, or its memory) and rewrite its files and grant client. A grant
+/// given to one caller would then be open to every caller that can run code. The callers
+/// file is read once at startup, so this check covers the daemon's whole life.
+fn process_grants_check(
+    provider: ProviderKind,
+    grants: &plimsoll_grants::Grants,
+    auth: &CallerAuth,
+    clients_file: Option<&std::path::Path>,
+    trust_all_callers: bool,
+) -> Result<(), ConfigError> {
+    let callers = match auth {
+        CallerAuth::Registry(r) => r.len(),
+        // Insecure mode has one caller, `anon`.
+        CallerAuth::Insecure => 1,
+    };
+    if provider != ProviderKind::Process || grants.is_empty() || callers < 2 || trust_all_callers {
+        return Ok(());
+    }
+    let file = clients_file.map_or_else(String::new, |p| format!(" ({})", p.display()));
+    Err(bad(
+        "PLIMSOLL_GRANTS_FILE",
+        format!(
+            "grant profiles on SANDBOX_PROVIDER=process with {callers} callers in PLIMSOLL_CLIENTS_FILE{file}: \
+             the process tier has no wall between runs, so any caller's run can read another run's relay secret \
+             and use its grant. Use SANDBOX_PROVIDER=docker, or keep one caller in the callers file, \
+             or set PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS=1 to state that you trust every caller with every grant"
+        ),
+    ))
 }
 
 /// The docker provider's settings: the `SANDBOX_DOCKER_*` variables are checked whatever the
@@ -739,6 +795,71 @@ mod tests {
             assert_eq!(e.name, "PLIMSOLL_WITHHELD_SET", "{provider}: {e}");
             assert!(e.message.contains("nothing would be scanned"), "{e}");
         }
+    }
+
+    #[test]
+    fn process_grants_need_one_caller_or_the_trust_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, ids: &[&str]| {
+            let mut f = plimsoll_callers::CallersFile::default();
+            for id in ids {
+                f.add(id, &[]).unwrap();
+            }
+            let p = dir.path().join(name);
+            f.save(&p).unwrap();
+            p.to_str().unwrap().to_owned()
+        };
+        let (one, two) = (file("one.json", &["a"]), file("two.json", &["a", "b"]));
+        let grants = dir.path().join("grants.json");
+        std::fs::write(
+            &grants,
+            br#"{"version":1,"profiles":{"p":{"base_url":"http://127.0.0.1:9","routes":[],"allowed_callers":["a"]}}}"#,
+        )
+        .unwrap();
+        let no_profiles = dir.path().join("none.json");
+        std::fs::write(&no_profiles, br#"{"version":1,"profiles":{}}"#).unwrap();
+        let (g, n) = (grants.to_str().unwrap(), no_profiles.to_str().unwrap());
+        let cfg = |provider: &str, callers: &str, grants: &str, trust: &str| {
+            let mut p = vec![
+                ("SANDBOX_PROVIDER", provider),
+                ("PLIMSOLL_CLIENTS_FILE", callers),
+                ("PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS", trust),
+                ("SANDBOX_DOCKER_IMAGE", "sha256:abc"),
+            ];
+            if !grants.is_empty() {
+                p.push(("PLIMSOLL_GRANTS_FILE", grants));
+            }
+            Config::from_env(&MapEnv::from_pairs(p))
+        };
+        // Refused: the one line names the grants file, the callers file and the statement.
+        let e = cfg("process", &two, g, "").unwrap_err();
+        assert_eq!(e.name, "PLIMSOLL_GRANTS_FILE");
+        for needed in [
+            "SANDBOX_PROVIDER=process",
+            "2 callers in PLIMSOLL_CLIENTS_FILE",
+            two.as_str(),
+            "PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS=1",
+        ] {
+            assert!(e.message.contains(needed), "{needed:?}: {e}");
+        }
+        assert_eq!(cfg("process", &two, g, "0").unwrap_err(), e);
+        // Accepted: the statement, one caller, no profile, no grants file, another provider.
+        let c = cfg("process", &two, g, "1").unwrap();
+        assert!(c.process_grants_trust_all_callers);
+        cfg("process", &one, g, "").unwrap();
+        cfg("process", &two, n, "").unwrap();
+        cfg("process", &two, "", "").unwrap();
+        cfg("docker", &two, g, "").unwrap();
+        // Insecure mode has one caller (`anon`).
+        Config::from_env(&MapEnv::from_pairs([
+            ("PLIMSOLL_INSECURE", "1"),
+            ("SANDBOX_PROVIDER", "process"),
+            ("PLIMSOLL_GRANTS_FILE", g),
+        ]))
+        .unwrap();
+        // The statement is a boolean like every other.
+        let e = cfg("process", &two, g, "yes").unwrap_err();
+        assert_eq!(e.name, "PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS");
     }
 
     #[test]

@@ -378,6 +378,9 @@ async fn start_with(
         if !facts.supports_grants {
             tracing::warn!(provider = %facts.name, "PLIMSOLL_GRANTS_FILE is set but this provider offers no grants; granted requests are refused as unsupported");
         }
+        if cfg.provider == ProviderKind::Process && cfg.process_grants_trust_all_callers {
+            tracing::warn!("PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS=1: on the process provider any caller's run can use the grant of any other run alive at the same time (runs share one user and no wall); every caller is trusted with every grant");
+        }
         // The credentials now live in this process. Code running as the same user (the
         // process tier has no wall) could otherwise read them from /proc/<pid>/environ or
         // /proc/<pid>/mem; a non-dumpable process refuses both to anyone but root.

@@ -142,6 +142,10 @@ async fn daemon(profiles: &str) -> Fixture {
         ("PLIMSOLL_STATE_DIR", state.to_str().unwrap()),
         ("PLIMSOLL_GRANTS_FILE", grants.to_str().unwrap()),
         ("SANDBOX_PROVIDER", "process"),
+        // Two callers and grants on the process tier need the operator's statement that every
+        // caller is trusted (bins/plimsolld/tests/process_grants.rs); "other" exists to be
+        // the caller a profile is granted to instead of "tester".
+        ("PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS", "1"),
         ("API_KEY", KEY),
     ]))
     .unwrap();
