@@ -4,7 +4,7 @@
 //! says which file is which is kept in memory (bounded) and read at the end, because
 //! `manifest.json` may come after the layers.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::io::{self, BufReader, Read};
 use std::path::Path;
@@ -12,14 +12,14 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::known::KnownImages;
-use crate::limits::Limits;
+use crate::limits::{decoder_need, Limits};
 use crate::matcher::sha256;
 use crate::report::{Finding, ScanReport, Unreadable};
 use crate::set::WithheldSet;
 use crate::sniff::{sniff, Kind, SNIFF_LEN};
 use crate::tag::{as_fatal, own_reason};
 use crate::tar::{TarError, TarReader};
-use crate::walk::{escape_name, Collected, Node, Scan, Source, Space, Tee};
+use crate::walk::{escape_name, Collected, Counting, Node, Scan, Source, Space, Tee};
 use crate::ScanError;
 
 /// One file of the export.
@@ -138,23 +138,46 @@ pub(crate) fn scan_stream(
     match kind {
         Kind::Tar => walk_export(&mut scan, &mut rd, &root, &mut meta, &mut members)?,
         Kind::Gzip | Kind::Zstd | Kind::Xz | Kind::Bzip2 => {
-            let input = BufReader::with_capacity(64 << 10, &mut rd);
+            // The export's own decoder holds its window from the decoder memory too, and its
+            // output is bound by the layer size and ratio limits (a compressed export that is a
+            // bomb stops; it is not drained to its end).
+            let codec = match kind {
+                Kind::Gzip => "gzip",
+                Kind::Zstd => "zstd",
+                Kind::Xz => "xz",
+                _ => "bzip2",
+            };
+            let need = decoder_need(codec, &head[..got], limits);
+            let budget = std::rc::Rc::clone(&scan.budget);
+            let _reservation = budget.reserve(need.bytes).ok_or_else(|| {
+                ScanError::BadImage("the compressed archive: limit:decoder-memory".into())
+            })?;
+            let encoded = Cell::new(0u64);
+            let input = BufReader::with_capacity(
+                64 << 10,
+                Counting {
+                    inner: &mut rd,
+                    n: &encoded,
+                },
+            );
             let dec: Box<dyn Read + '_> = match kind {
                 Kind::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(input)),
                 Kind::Zstd => {
                     let mut d = zstd::stream::read::Decoder::with_buffer(input)
                         .map_err(|e| ScanError::BadImage(format!("zstd: {e}")))?;
-                    d.window_log_max(limits.zstd_window_log_max)
+                    d.window_log_max(need.zstd_window_log)
                         .map_err(|e| ScanError::BadImage(format!("zstd: {e}")))?;
                     Box::new(d)
                 }
                 Kind::Xz => Box::new(lzma_rust2::XzReader::new_mem_limit(
                     input,
                     true,
-                    limits.xz_memory_kib,
+                    need.xz_memory_kib,
                 )),
                 _ => Box::new(bzip2::bufread::MultiBzDecoder::new(input)),
             };
+            let export_id = scan.id();
+            let dec = scan.limited(dec, export_id, codec, &encoded, true);
             let inner_space = RefCell::new(Space::new(set, limits));
             let mut tee2 = Tee {
                 inner: dec,

@@ -489,6 +489,29 @@ fn a_zip_member_stopped_by_a_limit_is_skipped_not_decoded_on() {
 }
 
 #[test]
+fn a_compressed_export_that_is_a_bomb_stops_at_the_ratio_limit() {
+    let set = set();
+    let layer = tar_of(&[T::File("app/answers.txt", answers())]);
+    let (mut archive, _) = docker_save("x:1", &[layer], "export-bomb");
+    // 64 MiB of zeros after the export's end: readers stop at the end of the tar, but the
+    // stream goes on, and draining it would take as long as it decodes.
+    archive.resize(archive.len() + (64 << 20), 0);
+    let lim = Limits {
+        ratio_floor: 1 << 20,
+        max_ratio: 100,
+        ..Limits::default()
+    };
+    let err = plimsoll_withheld::scan_archive_bytes(
+        &zstd(&archive),
+        &set,
+        &plimsoll_withheld::KnownImages::empty(),
+        &lim,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("limit:ratio"), "{err}");
+}
+
+#[test]
 fn a_nested_zip_bomb_stops_at_the_ratio_of_all_decoders_after_few_files() {
     // 42.zip style: each level holds 16 copies of the level below, every level alone far
     // below the ratio limit; five levels decode to 16^4 x 4 MiB = 256 GiB.
