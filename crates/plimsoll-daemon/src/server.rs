@@ -83,7 +83,7 @@ pub fn hardened_violations(cfg: &Config, tier: Option<Tier>) -> Vec<String> {
     }
     if cfg.tls.is_none() && !is_loopback(&cfg.addr) {
         v.push(format!(
-            "PLIMSOLL_TLS_CERT/PLIMSOLL_TLS_KEY are not set and PLIMSOLL_ADDR {} is not loopback",
+            "PLIMSOLL_TLS_CERT/PLIMSOLL_TLS_KEY are not set and PLIMSOLL_ADDR {} is not loopback: callers' bearer tokens would cross the network in plaintext (set both, or listen on a loopback address)",
             cfg.addr
         ));
     }
@@ -112,6 +112,22 @@ pub fn hardened_violations(cfg: &Config, tier: Option<Tier>) -> Vec<String> {
         v.push("SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK is not 1; until per-pod keys exist, hardened mode needs your statement that the pod network is authenticated and encrypted".into());
     }
     v
+}
+
+/// The startup warning for bearer tokens accepted over plaintext gRPC on an address other
+/// hosts can reach (`None` when the listener has TLS, is loopback, or takes no tokens).
+/// Hardened mode refuses the same configuration (see [`hardened_violations`]).
+pub fn plaintext_tokens_warning(cfg: &Config) -> Option<String> {
+    if cfg.tls.is_some() || is_loopback(&cfg.addr) || !matches!(cfg.auth, CallerAuth::Registry(_)) {
+        return None;
+    }
+    Some(format!(
+        "PLIMSOLL_ADDR {} is not a loopback address and PLIMSOLL_TLS_CERT/PLIMSOLL_TLS_KEY are not set: \
+         callers' bearer tokens, their code and their results cross the network in plaintext, readable and \
+         replayable by anyone on the path. Set PLIMSOLL_TLS_CERT and PLIMSOLL_TLS_KEY, or set PLIMSOLL_ADDR to a \
+         loopback address (behind a TLS proxy); PLIMSOLL_HARDENED=1 refuses to start like this",
+        cfg.addr
+    ))
 }
 
 /// A daemon that is serving.
@@ -367,6 +383,9 @@ async fn start_with(
         if !v.is_empty() {
             return Err(StartError::Hardened(v));
         }
+    }
+    if let Some(w) = plaintext_tokens_warning(&cfg) {
+        tracing::warn!(addr = %cfg.addr, "{w}");
     }
     if !cfg.grants.is_empty() {
         for p in cfg.grants.open_to_every_caller() {

@@ -460,6 +460,64 @@ async fn startup_floor_and_hardened_mode_refuse_to_serve() {
     assert!(!e.contains("SANDBOX_MEMORY_MB is not set"), "{e}");
 }
 
+#[test]
+fn plaintext_tokens_on_a_network_address_warn_and_hardened_mode_refuses() {
+    use plimsoll_daemon::server::{hardened_violations, plaintext_tokens_warning};
+    let dir = tempfile::tempdir().unwrap();
+    let callers = dir.path().join("callers.json");
+    let mut file = plimsoll_callers::CallersFile::default();
+    file.add("a", &[]).unwrap();
+    file.save(&callers).unwrap();
+    // Every other safeguard is in place, and the tier is one hardened mode accepts, so the
+    // plaintext listener is the one thing at fault.
+    let cfg = |extra: &[(&'static str, &'static str)]| {
+        let mut p = vec![
+            ("PLIMSOLL_CLIENTS_FILE", callers.to_str().unwrap()),
+            ("PLIMSOLL_HARDENED", "1"),
+            ("PLIMSOLL_METRICS_ADDR", "off"),
+            ("SANDBOX_MEMORY_MB", "512"),
+            ("SANDBOX_CPUS", "1"),
+            ("SANDBOX_PIDS", "64"),
+            ("SANDBOX_DISK_MB", "256"),
+        ];
+        p.extend_from_slice(extra);
+        Config::from_env(&MapEnv::from_pairs(p)).unwrap()
+    };
+    let kernel = Some(plimsoll_core::Tier::Kernel);
+    for addr in ["0.0.0.0:8746", "10.1.2.3:8746", "[::]:8746"] {
+        let c = cfg(&[("PLIMSOLL_ADDR", addr)]);
+        let w = plaintext_tokens_warning(&c).expect("plaintext tokens on a network address warn");
+        for needle in [
+            "PLIMSOLL_ADDR",
+            "PLIMSOLL_TLS_CERT",
+            "plaintext",
+            "loopback",
+        ] {
+            assert!(w.contains(needle), "{needle:?} missing: {w}");
+        }
+        let v = hardened_violations(&c, kernel);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(
+            v[0].contains("PLIMSOLL_ADDR") && v[0].contains("PLIMSOLL_TLS_CERT"),
+            "{v:?}"
+        );
+    }
+    // Loopback, or TLS on the listener: no warning, nothing missing.
+    for extra in [
+        &[("PLIMSOLL_ADDR", "127.0.0.1:8746")][..],
+        &[("PLIMSOLL_ADDR", "[::1]:8746")][..],
+        &[
+            ("PLIMSOLL_ADDR", "0.0.0.0:8746"),
+            ("PLIMSOLL_TLS_CERT", "/etc/plimsoll/tls.crt"),
+            ("PLIMSOLL_TLS_KEY", "/etc/plimsoll/tls.key"),
+        ][..],
+    ] {
+        let c = cfg(extra);
+        assert_eq!(plaintext_tokens_warning(&c), None, "{extra:?}");
+        assert!(hardened_violations(&c, kernel).is_empty(), "{extra:?}");
+    }
+}
+
 #[tokio::test]
 async fn shutdown_answers_the_run_in_flight_and_refuses_new_ones() {
     let f = daemon_with(&[]).await;
