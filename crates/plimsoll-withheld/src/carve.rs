@@ -280,66 +280,58 @@ impl Scan<'_> {
             pos: 0,
             pdf: None,
         };
-        let mut win: Vec<u8> = Vec::new();
+        // The search window, allocated once (no more than the file holds, so small files stay
+        // small); `win[..end]` holds bytes, `win_off` is the file offset of `win[0]`.
+        let cap = node.size.map_or(WIN + KEEP, |s| {
+            (s as usize).saturating_add(1).clamp(2 * KEEP, WIN + KEEP)
+        });
+        let mut win = vec![0u8; cap];
+        let mut end = 0usize;
         let mut from = 0usize;
         let mut eof = false;
         let mut walked: Vec<(u64, u64)> = Vec::new();
         let mut failed: Option<String> = None;
         let mut stop = false;
-        // Chunk size: no more than the file holds (small files stay small).
-        let chunk = node
-            .size
-            .map_or(WIN, |s| (s as usize).saturating_add(1).clamp(64, WIN));
         loop {
-            while win.len() < WIN + KEEP && !eof {
-                let len = win.len();
-                win.resize(len + chunk, 0);
-                match tail.read(&mut win[len..]) {
-                    Ok(0) => {
-                        win.truncate(len);
-                        eof = true;
-                    }
-                    Ok(k) => win.truncate(len + k),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => win.truncate(len),
+            while end < win.len() && !eof {
+                match tail.read(&mut win[end..]) {
+                    Ok(0) => eof = true,
+                    Ok(k) => end += k,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(e),
                 }
             }
-            let to = if eof {
-                win.len()
-            } else {
-                win.len().saturating_sub(KEEP)
-            };
-            let win_off = tail.pos - win.len() as u64;
-            if win_off == 0 && win.starts_with(b"%PDF-") && tail.pdf.is_none() {
+            let to = if eof { end } else { end.saturating_sub(KEEP) };
+            let win_off = tail.pos - end as u64;
+            if win_off == 0 && win[..end].starts_with(b"%PDF-") && tail.pdf.is_none() {
                 let mut names = PdfNames::default();
-                names.feed(&win);
+                names.feed(&win[..end]);
                 tail.pdf = Some(names);
             }
             let found = if stop {
                 None
             } else {
                 // Any valid zlib header opens a file; further in, only the common ones.
-                if from == 0 && win_off == 0 && win.len() >= 2 && zlib_header(win[0], win[1]) {
+                if from == 0 && win_off == 0 && end >= 2 && zlib_header(win[0], win[1]) {
                     Some((0, Cand::Zlib))
                 } else {
-                    find(&win, from, to)
+                    find(&win[..end], from, to)
                 }
             };
             let Some((i, cand)) = found else {
                 if eof {
                     break;
                 }
-                let keep = win.len() - to;
-                win.drain(..to);
+                win.copy_within(to..end, 0);
+                end -= to;
                 from = 0;
-                debug_assert_eq!(win.len(), keep);
                 continue;
             };
             if cand == Cand::Zlib {
                 let state = self
                     .probe
                     .get_or_insert_with(|| (Decompress::new(true), vec![0u8; PROBE_OUT]));
-                if !probe(state, &win[i..]) {
+                if !probe(state, &win[i..end]) {
                     from = i + 1;
                     continue;
                 }
@@ -354,7 +346,7 @@ impl Scan<'_> {
             let at = win_off + i as u64;
             let rest = {
                 let encoded = Cell::new(0u64);
-                let chained = io::Cursor::new(&win[i..]).chain(&mut tail);
+                let chained = io::Cursor::new(&win[i..end]).chain(&mut tail);
                 let mut br = BufReader::with_capacity(
                     64 << 10,
                     Counting {
@@ -365,7 +357,7 @@ impl Scan<'_> {
                 match cand {
                     Cand::Zlib => {
                         let id = self.id();
-                        let need = decoder_need("zlib", &win[i..], self.limits);
+                        let need = decoder_need("zlib", &win[i..end], self.limits);
                         match self.budget.reserve(need.bytes) {
                             None => {
                                 self.unreadable(
@@ -424,7 +416,11 @@ impl Scan<'_> {
                 stop = true; // the walk took bytes it could not account for
             }
             let new_off = tail.pos - rest.len() as u64;
-            win = rest;
+            if rest.len() > win.len() {
+                win.resize(rest.len(), 0);
+            }
+            win[..rest.len()].copy_from_slice(&rest);
+            end = rest.len();
             // Never stand still: a candidate that consumed nothing is passed over.
             from = if new_off <= at {
                 (at - new_off) as usize + 1
