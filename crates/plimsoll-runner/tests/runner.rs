@@ -277,13 +277,62 @@ async fn deadline_kills_a_setsid_double_fork() {
     let (root, r) = runner();
     let r = std::sync::Arc::new(r);
     let marker = root.path().join("tag");
+    let grandchild = root.path().join("grandchild");
+    let step_pid = root.path().join("step");
+    // A real double fork: the subshell starts `setsid` in the background and exits at once,
+    // so the grandchild leads a new session and its parent is gone (it is reparented away
+    // from the step's tree). It writes its pid, then becomes `sleep`.
     let step = format!(
-        "echo $PLIMSOLL_RUN_TAG > {}; setsid sh -c 'sleep 300' & sleep 300",
-        marker.display()
+        "echo $$ > {step}; (setsid sh -c 'echo $$ > {gc}; exec sleep 300' &); \
+         echo $PLIMSOLL_RUN_TAG > {tag}; sleep 300",
+        step = step_pid.display(),
+        gc = grandchild.display(),
+        tag = marker.display(),
     );
-    let (tag, res) = run_and_watch(r.clone(), step, marker, Duration::from_secs(2), 3).await;
+    let watch = tokio::spawn(run_and_watch(
+        r.clone(),
+        step,
+        marker,
+        Duration::from_secs(3),
+        3,
+    ));
+    let gc: i32 = wait_for_line(&grandchild).await.parse().unwrap();
+    let step: i32 = wait_for_line(&step_pid).await.parse().unwrap();
+    // What makes it a double fork, seen while it lives: its own session and group, and a
+    // parent that is not the step (the subshell between them has exited).
+    let mut stat = None;
+    for _ in 0..500 {
+        let s = std::fs::read_to_string(format!("/proc/{gc}/stat")).unwrap();
+        let fields: Vec<i32> = s[s.rfind(')').unwrap() + 2..]
+            .split_whitespace()
+            .skip(1)
+            .take(3)
+            .map(|f| f.parse().unwrap())
+            .collect();
+        // ppid, pgrp, session; the subshell may still be exiting on the first reads.
+        if fields[0] != step
+            && std::fs::read_to_string(format!("/proc/{gc}/comm")).unwrap() == "sleep\n"
+        {
+            stat = Some(fields);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stat = stat.expect("the grandchild was never orphaned into sleep");
+    assert_eq!(
+        (stat[1], stat[2]),
+        (gc, gc),
+        "not its own session: {stat:?}"
+    );
+    assert!(!is_dead(gc));
+
+    let (tag, res) = watch.await.unwrap();
     assert_eq!(res.outcome, TIMED_OUT);
     assert!(res.steps[0].timed_out);
+    assert!(
+        is_dead(gc),
+        "the double-forked grandchild {gc} survived the run"
+    );
     assert!(processes_with_tag(&tag).is_empty());
     assert!(runs_dir_is_empty(&r));
 }
