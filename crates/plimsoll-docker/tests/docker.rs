@@ -192,6 +192,75 @@ async fn hardening_is_proven_from_inside_the_container() {
     p.shutdown().await;
 }
 
+/// The hardening test above tries one writable mount; this one asks the kernel's own mount
+/// table for every mount the run's user can write to, requires `noexec` on each, and tries
+/// a copied binary on each; and it reads the seccomp mode the container runs under.
+#[tokio::test]
+async fn every_writable_mount_is_noexec_and_seccomp_filters_the_container() {
+    let _d = need_engine!();
+    let dir = tempfile::tempdir().unwrap();
+    let p = started(config(dir.path())).await;
+    let r = as_project(
+        p.run(
+            project(&[
+                // 0: every mount this user can write to: mount point, type, options, and
+                // what is mounted there (a directory, a file, or a device with its numbers).
+                r#"while read -r dev mnt fs opts rest; do if [ -w "$mnt" ]; then if [ -d "$mnt" ]; then k=dir; elif [ -c "$mnt" ]; then k=char-$(stat -c %t:%T "$mnt"); elif [ -f "$mnt" ]; then k=file; else k=other; fi; echo "$mnt $fs $opts $k"; fi; done < /proc/self/mounts; true"#,
+                // 1: a copied binary on each writable directory mount does not run.
+                r#"while read -r dev mnt fs opts rest; do if [ -d "$mnt" ] && [ -w "$mnt" ]; then f="$mnt/.plimsoll-exec-$$"; cp /bin/true "$f" && "$f"; echo "$mnt rc=$?"; rm -f "$f"; fi; done < /proc/self/mounts; true"#,
+                // 2: the seccomp mode (2: filter) and how many filters are installed.
+                "grep -E '^Seccomp(_filters)?:' /proc/self/status",
+                // 3: where runs work.
+                "pwd",
+            ]),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(r.steps.len(), 4, "{r:?}");
+    let writable: Vec<Vec<String>> = stdout(&r, 0)
+        .lines()
+        .map(|l| l.split(' ').map(str::to_owned).collect())
+        .collect();
+    let points: Vec<&str> = writable.iter().map(|m| m[0].as_str()).collect();
+    // Not vacuous: the places runs write to are among them.
+    let cwd = stdout(&r, 3);
+    assert!(points.contains(&"/tmp"), "{points:?}");
+    assert!(
+        points.iter().any(|m| cwd.starts_with(m) && *m != "/"),
+        "the working directory {cwd} is on none of {points:?}"
+    );
+    for m in &writable {
+        // Docker masks files such as /proc/keys by mounting /dev/null (char 1:3) over them:
+        // writable, but nothing written there is kept, so nothing can be run from it.
+        if m[3] == "char-1:3" {
+            continue;
+        }
+        assert!(
+            m[2].split(',').any(|o| o == "noexec"),
+            "writable mount {} ({}, {}) is not noexec: {}",
+            m[0],
+            m[1],
+            m[3],
+            m[2]
+        );
+    }
+    let tried: Vec<String> = stdout(&r, 1).lines().map(|l| l.trim().to_owned()).collect();
+    assert!(!tried.is_empty());
+    for line in &tried {
+        assert!(!line.ends_with(" rc=0"), "a copied binary ran: {line}");
+    }
+    let seccomp = stdout(&r, 2);
+    assert!(seccomp.lines().any(|l| l == "Seccomp:\t2"), "{seccomp}");
+    let filters: u32 = seccomp
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+        .map_or(0, |n| n.trim().parse().unwrap());
+    assert!(filters >= 1, "{seccomp}");
+    p.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_fork_bomb_is_stopped_by_the_pids_limit() {
     let _d = need_engine!();
