@@ -116,6 +116,10 @@ fn one_line(err: &clap::Error) -> String {
 }
 
 fn main() -> ExitCode {
+    // Re-executed as the quickjs provider's worker: run one snippet and nothing else.
+    if let Some(code) = plimsoll_quickjs::run_if_worker() {
+        return code;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

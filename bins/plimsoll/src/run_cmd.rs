@@ -1,5 +1,7 @@
 //! `plimsoll run` and `plimsoll describe`: build the request, reach a daemon (remote, or
-//! an embedded one with the process provider), check the answer, print it.
+//! an embedded one: the quickjs provider for JavaScript snippets, which needs nothing
+//! installed, and the process provider for projects or when asked), check the answer, print
+//! it.
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -53,6 +55,23 @@ pub struct RunArgs {
     /// A file the project produces that should come back in the answer (repeatable).
     #[arg(long, value_name = "PATH")]
     artifact: Vec<String>,
+    /// Without --addr: the embedded daemon's provider. `quickjs` (the default for
+    /// JavaScript) needs nothing installed; `process` runs node, python3 and sh from PATH
+    /// (the default for --project).
+    #[arg(long, value_name = "NAME", value_parser = ["quickjs", "process"])]
+    provider: Option<String>,
+}
+
+/// The embedded daemon's provider for these arguments.
+fn embedded_provider(args: &RunArgs) -> Result<plimsoll_daemon::ProviderKind, Fail> {
+    use plimsoll_daemon::ProviderKind;
+    match (args.provider.as_deref(), args.project.is_some()) {
+        (Some("quickjs"), true) => Err(Fail::usage(
+            "--provider quickjs runs JavaScript snippets only; a --project needs --provider process",
+        )),
+        (Some("quickjs"), false) | (None, false) => Ok(ProviderKind::QuickJs),
+        _ => Ok(ProviderKind::Process),
+    }
 }
 
 /// Arguments of `plimsoll describe`.
@@ -72,7 +91,7 @@ struct Session {
 }
 
 impl Session {
-    async fn open(conn: &Conn) -> Result<Session, Fail> {
+    async fn open(conn: &Conn, provider: plimsoll_daemon::ProviderKind) -> Result<Session, Fail> {
         match conn
             .addr
             .as_deref()
@@ -103,14 +122,14 @@ impl Session {
                 if conn.token_file.is_some() || conn.ca_file.is_some() {
                     tracing::warn!("--token-file and --ca-file are ignored without --addr: the embedded daemon issues its own token");
                 }
-                Session::embedded().await
+                Session::embedded(provider).await
             }
         }
     }
 
-    /// Starts an in-process daemon with the process provider that accepts one caller,
-    /// whose token lives only in this process's memory.
-    async fn embedded() -> Result<Session, Fail> {
+    /// Starts an in-process daemon with `provider` that accepts one caller, whose token
+    /// lives only in this process's memory.
+    async fn embedded(provider: plimsoll_daemon::ProviderKind) -> Result<Session, Fail> {
         let token = generate_token();
         let file = CallersFile {
             clients: vec![Caller {
@@ -121,11 +140,13 @@ impl Session {
         };
         let registry =
             Registry::new(file).map_err(|e| Fail::connect(format!("embedded daemon: {e}")))?;
-        let daemon = plimsoll_daemon::start(plimsoll_daemon::Config::embedded(registry))
+        let mut cfg = plimsoll_daemon::Config::embedded(registry);
+        cfg.provider = provider;
+        let daemon = plimsoll_daemon::start(cfg)
             .await
             .map_err(|e| Fail::connect(format!("the embedded daemon did not start: {e}")))?;
         let url = format!("http://{}", daemon.rpc_addr());
-        tracing::info!(addr = %url, "embedded daemon started with the process provider");
+        tracing::info!(addr = %url, provider = provider.as_str(), "embedded daemon started");
         let client = match Client::connect(
             &url,
             ClientOptions {
@@ -246,7 +267,12 @@ fn prost_len(req: &pb::RunRequest) -> usize {
 /// `plimsoll run`.
 pub async fn run(args: RunArgs) -> Result<u8, Fail> {
     let req = build_request(&args)?;
-    let mut session = Session::open(&args.conn).await?;
+    if args.provider.is_some() && args.conn.addr.is_some() {
+        return Err(Fail::usage(
+            "--provider chooses the embedded daemon's provider; a daemon at --addr has its own (SANDBOX_PROVIDER)",
+        ));
+    }
+    let mut session = Session::open(&args.conn, embedded_provider(&args)?).await?;
     let answer = session.client.run(req).await;
     session.close().await;
     let resp = answer?;
@@ -270,7 +296,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Fail> {
 
 /// `plimsoll describe`.
 pub async fn describe(args: DescribeArgs) -> Result<u8, Fail> {
-    let mut session = Session::open(&args.conn).await?;
+    let mut session = Session::open(&args.conn, plimsoll_daemon::ProviderKind::QuickJs).await?;
     let answer = session.client.describe().await;
     session.close().await;
     let d = answer?;

@@ -352,7 +352,7 @@ fn nothing_listening_exits_4() {
 
 #[test]
 fn embedded_run_prints_output_tier_and_record() {
-    let o = plimsoll(&["run", "-e", "console.log(6*7)"]);
+    let o = plimsoll(&["run", "--provider", "process", "-e", "console.log(6*7)"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(text.lines().any(|l| l == "42"), "{text}");
@@ -375,7 +375,7 @@ fn embedded_floor_vm_is_refused_and_runs_nothing() {
         "require('fs').writeFileSync({:?}, 'ran')",
         marker.to_str().unwrap()
     );
-    let o = plimsoll(&["run", "--floor", "vm", "-e", &code]);
+    let o = plimsoll(&["run", "--provider", "process", "--floor", "vm", "-e", &code]);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("not dispatched (isolation)"),
@@ -386,18 +386,84 @@ fn embedded_floor_vm_is_refused_and_runs_nothing() {
     assert!(!marker.exists(), "a refused run must not have run");
 
     // The same code without the floor does run, so the marker test can fail.
-    let o = plimsoll(&["run", "-e", &code]);
+    let o = plimsoll(&["run", "--provider", "process", "-e", &code]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(marker.exists());
 }
 
 #[test]
 fn exit_code_flag_returns_the_programs_code() {
-    let o = plimsoll(&["run", "-e", "process.exit(7)"]);
+    let o = plimsoll(&["run", "--provider", "process", "-e", "process.exit(7)"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert_eq!(field(&stdout(&o), "exit code:"), Some("7"));
-    let o = plimsoll(&["run", "--exit-code", "-e", "process.exit(7)"]);
+    let o = plimsoll(&[
+        "run",
+        "--provider",
+        "process",
+        "--exit-code",
+        "-e",
+        "process.exit(7)",
+    ]);
     assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    // Under quickjs an uncaught error is exit code 1.
+    let o = plimsoll(&["run", "--exit-code", "-e", "throw new Error('x')"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}
+
+/// The README's first command on a machine with nothing but the binary: no node, python3
+/// or sh on PATH, an empty environment, an empty directory.
+#[test]
+fn the_first_command_needs_nothing_installed() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty_path = dir.path().join("bin");
+    std::fs::create_dir(&empty_path).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
+        .args(["run", "-e", "console.log(\"hello from the sandbox\")"])
+        .env_clear()
+        .env("PATH", &empty_path)
+        .env("HOME", dir.path())
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.lines().any(|l| l == "hello from the sandbox"),
+        "{text}"
+    );
+    assert_eq!(field(&text, "provider:"), Some("quickjs"), "{text}");
+    assert_eq!(field(&text, "isolation:"), Some("process"), "{text}");
+    for label in ["record:", "request:", "result:"] {
+        assert!(
+            is_hex64(field(&text, label).unwrap_or("")),
+            "{label} in {text}"
+        );
+    }
+    // (The process provider would still find node: the runner uses its own fixed PATH.
+    // The quickjs worker executes nothing at all: its seccomp filter refuses execve.)
+}
+
+#[test]
+fn embedded_quickjs_states_its_engine_and_refuses_projects() {
+    let o = plimsoll(&["describe", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = d.to_string();
+    assert!(text.contains("quickjs:quickjs-ng-"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+    let o = plimsoll(&[
+        "run",
+        "--provider",
+        "quickjs",
+        "--project",
+        dir.path().to_str().unwrap(),
+        "--step",
+        "cat a.txt",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--provider process"), "{}", stderr(&o));
 }
 
 #[test]

@@ -29,6 +29,10 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Re-executed as the quickjs provider's worker: run one snippet and nothing else.
+    if let Some(code) = plimsoll_quickjs::run_if_worker() {
+        return code;
+    }
     let args = Args::parse();
     plimsoll_log::init(args.log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()

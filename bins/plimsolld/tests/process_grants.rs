@@ -8,111 +8,20 @@
 //! `PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS=1`; the second test shows what that statement
 //! accepts (docs/grants.md, "The process tier and several callers").
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use plimsoll_client::{Client, ClientError, ClientOptions};
 use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
 use plimsoll_core::Reason;
 
+mod support;
+use support::Plimsolld;
+
 const KEY: &str = "sk-live-9d41c07e2b8a5f36";
 const TRUST: &str = "PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS";
-
-/// A `plimsolld` process with its stderr lines (JSON log lines, or the plain line of a
-/// configuration error) read on a thread of their own.
-struct Plimsolld {
-    child: Child,
-    lines: mpsc::Receiver<serde_json::Value>,
-    seen: Vec<serde_json::Value>,
-}
-
-impl Plimsolld {
-    fn spawn(dir: &Path, vars: &[(&str, &str)]) -> Plimsolld {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plimsolld"));
-        cmd.args(["--log-format", "json"])
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("RUST_LOG", "info")
-            .env("PLIMSOLL_ADDR", "127.0.0.1:0")
-            .env("PLIMSOLL_METRICS_ADDR", "off")
-            .env("PLIMSOLL_STATE_DIR", dir.join("state"))
-            .env("SANDBOX_PROVIDER", "process")
-            .env("API_KEY", KEY);
-        for (k, v) in vars {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { return };
-                let v = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| serde_json::json!({ "message": line }));
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        Plimsolld {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The RPC address once the daemon logs `serving`, or `None` if it closed its stderr
-    /// (exited) first.
-    fn serving(&mut self) -> Option<String> {
-        while let Ok(v) = self.lines.recv() {
-            self.seen.push(v.clone());
-            if v["message"] == "serving" {
-                return Some(format!("http://{}", v["addr"].as_str().unwrap()));
-            }
-        }
-        None
-    }
-
-    /// Waits for the process to exit, then reads the rest of its stderr.
-    fn wait(&mut self) -> ExitStatus {
-        let status = self.child.wait().unwrap();
-        while let Ok(v) = self.lines.recv() {
-            self.seen.push(v);
-        }
-        status
-    }
-
-    fn stop(&mut self) -> ExitStatus {
-        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
-        self.wait()
-    }
-
-    fn log(&self) -> String {
-        self.seen
-            .iter()
-            .map(|v| v.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for Plimsolld {
-    fn drop(&mut self) {
-        // Only a failed test gets here with the process alive.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// What the upstream saw: the request line and the `authorization` header.
 type Seen = Arc<Mutex<Vec<(String, String)>>>;
@@ -170,6 +79,13 @@ fn files(dir: &Path, ids: &[&str], upstream: &str, profile: &str) -> Vec<String>
     tokens
 }
 
+/// plimsolld on the process provider, with the grant's credential in its environment.
+fn spawn(dir: &Path, vars: &[(&str, &str)]) -> Plimsolld {
+    let mut all = vec![("API_KEY", KEY)];
+    all.extend_from_slice(vars);
+    Plimsolld::spawn(dir, &all)
+}
+
 fn path(dir: &Path, name: &str) -> String {
     dir.join(name).to_str().unwrap().to_owned()
 }
@@ -188,7 +104,7 @@ fn grants_on_the_process_provider_with_two_callers_are_refused_at_startup() {
 
     // Two callers, a grant, the process provider, no statement: exit 2 before anything
     // listens, one line naming the grants file, the callers file and the statement.
-    let mut p = Plimsolld::spawn(d, &base);
+    let mut p = spawn(d, &base);
     let serving = p.serving();
     assert!(serving.is_none(), "plimsolld served:\n{}", p.log());
     let status = p.wait();
@@ -205,7 +121,7 @@ fn grants_on_the_process_provider_with_two_callers_are_refused_at_startup() {
     }
 
     // The statement does not get past hardened mode, which refuses the process tier.
-    let mut p = Plimsolld::spawn(
+    let mut p = spawn(
         d,
         &[base[0], base[1], (TRUST, "1"), ("PLIMSOLL_HARDENED", "1")],
     );
@@ -225,7 +141,7 @@ fn grants_on_the_process_provider_with_two_callers_are_refused_at_startup() {
         path(one.path(), "callers.json"),
         path(one.path(), "grants.json"),
     );
-    let mut p = Plimsolld::spawn(
+    let mut p = spawn(
         one.path(),
         &[
             ("PLIMSOLL_CLIENTS_FILE", callers.as_str()),
@@ -269,7 +185,7 @@ fn with_the_trust_statement_a_second_callers_run_can_use_the_first_callers_grant
     let profile = format!("alice-items-{}", std::process::id());
     let tokens = files(d, &["alice", "bob"], &up, &profile);
     let (callers, grants) = (path(d, "callers.json"), path(d, "grants.json"));
-    let mut p = Plimsolld::spawn(
+    let mut p = spawn(
         d,
         &[
             ("PLIMSOLL_CLIENTS_FILE", callers.as_str()),

@@ -58,7 +58,11 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "SANDBOX_PROVIDER",
-        "process, docker or agentsandbox; unset runs nothing (the disabled provider)",
+        "quickjs, process, docker or agentsandbox; unset runs nothing (the disabled provider)",
+    ),
+    (
+        "SANDBOX_QUICKJS_WORKER",
+        "the quickjs provider's worker program (default: plimsolld itself, re-executed)",
     ),
     (
         "SANDBOX_MIN_ISOLATION",
@@ -78,7 +82,7 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ),
     (
         "SANDBOX_MEMORY_MB",
-        "per-run memory limit in MiB (providers with a wall)",
+        "per-run memory limit in MiB (providers with a wall; quickjs: the engine's heap, default 64)",
     ),
     ("SANDBOX_CPUS", "per-run CPU limit (providers with a wall)"),
     (
@@ -163,6 +167,9 @@ fn bad(name: &str, message: impl Into<String>) -> ConfigError {
 pub enum ProviderKind {
     /// Runs nothing; every run is refused marked `unsupported`.
     Disabled,
+    /// JavaScript snippets in QuickJS, one locked-down worker process per run (tier
+    /// `process`; needs nothing installed).
+    QuickJs,
     /// The runner in child processes of plimsolld (tier `process`).
     Process,
     /// Locked-down containers through the Docker Engine API.
@@ -176,6 +183,7 @@ impl ProviderKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ProviderKind::Disabled => "disabled",
+            ProviderKind::QuickJs => "quickjs",
             ProviderKind::Process => "process",
             ProviderKind::Docker => "docker",
             ProviderKind::AgentSandbox => "agentsandbox",
@@ -254,6 +262,9 @@ pub struct Config {
     pub docker: Option<plimsoll_docker::DockerConfig>,
     /// The agentsandbox provider's settings (`Some` when `SANDBOX_PROVIDER=agentsandbox`).
     pub agentsandbox: Option<plimsoll_agentsandbox::AgentSandboxConfig>,
+    /// The quickjs provider's worker program (`SANDBOX_QUICKJS_WORKER`); `None` re-executes
+    /// the running binary, whose `main` must call `plimsoll_quickjs::run_if_worker` first.
+    pub quickjs_worker: Option<PathBuf>,
 }
 
 /// Parses a boolean the one way the contract fixes.
@@ -425,6 +436,7 @@ impl Config {
         };
         let provider = match get("SANDBOX_PROVIDER").as_deref() {
             None => ProviderKind::Disabled,
+            Some("quickjs") => ProviderKind::QuickJs,
             Some("process") => ProviderKind::Process,
             Some("docker") => ProviderKind::Docker,
             Some("agentsandbox") => ProviderKind::AgentSandbox,
@@ -432,7 +444,9 @@ impl Config {
             Some(other) => {
                 return Err(bad(
                     "SANDBOX_PROVIDER",
-                    format!("{other:?} is not a provider; use process, docker or agentsandbox"),
+                    format!(
+                        "{other:?} is not a provider; use quickjs, process, docker or agentsandbox"
+                    ),
                 ))
             }
         };
@@ -468,7 +482,20 @@ impl Config {
         ]
         .into_iter()
         .filter(|n| get(n).is_some())
-        .collect();
+        .collect::<Vec<_>>();
+        if provider == ProviderKind::QuickJs {
+            // One worker process, one engine heap: the other limits would be promises the
+            // provider does not keep.
+            if let Some(n) = explicit_resources
+                .iter()
+                .find(|n| **n != "SANDBOX_MEMORY_MB")
+            {
+                return Err(bad(
+                    n,
+                    "is not supported by SANDBOX_PROVIDER=quickjs, which limits the engine's memory (SANDBOX_MEMORY_MB), its stack and the deadline; unset it",
+                ));
+            }
+        }
         // Credentials named by the grants file are read here, once, from the same source.
         let grants = match get("PLIMSOLL_GRANTS_FILE") {
             None => plimsoll_grants::Grants::empty(),
@@ -508,8 +535,24 @@ impl Config {
         } else {
             None
         };
+        let quickjs_worker = get("SANDBOX_QUICKJS_WORKER").map(|v| PathBuf::from(v.trim()));
+        if let Some(w) = &quickjs_worker {
+            if provider != ProviderKind::QuickJs {
+                return Err(bad(
+                    "SANDBOX_QUICKJS_WORKER",
+                    format!("is set but SANDBOX_PROVIDER is {}; unset it, or use SANDBOX_PROVIDER=quickjs", provider.as_str()),
+                ));
+            }
+            if !w.is_file() {
+                return Err(bad(
+                    "SANDBOX_QUICKJS_WORKER",
+                    format!("{} is not a file; name the plimsoll-quickjs-worker binary, or unset it to use plimsolld itself", w.display()),
+                ));
+            }
+        }
         Ok(Config {
             agentsandbox,
+            quickjs_worker,
             grants,
             process_grants_trust_all_callers,
             addr,
@@ -538,7 +581,8 @@ impl Config {
     }
 
     /// The embedded daemon of `plimsoll run` without `--addr`: the process provider on an
-    /// ephemeral loopback port, metrics off, callers from `callers`.
+    /// ephemeral loopback port, metrics off, callers from `callers` (set `provider` to choose
+    /// another).
     pub fn embedded(callers: plimsoll_callers::Registry) -> Config {
         Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -562,6 +606,7 @@ impl Config {
             process_grants_trust_all_callers: false,
             docker: None,
             agentsandbox: None,
+            quickjs_worker: None,
         }
     }
 }
@@ -795,6 +840,43 @@ mod tests {
             assert_eq!(e.name, "PLIMSOLL_WITHHELD_SET", "{provider}: {e}");
             assert!(e.message.contains("nothing would be scanned"), "{e}");
         }
+    }
+
+    #[test]
+    fn quickjs_takes_only_its_own_limits_and_worker() {
+        let env = |extra: &[(&'static str, &'static str)]| {
+            let mut p = vec![("PLIMSOLL_INSECURE", "1"), ("SANDBOX_PROVIDER", "quickjs")];
+            p.extend_from_slice(extra);
+            Config::from_env(&MapEnv::from_pairs(p))
+        };
+        let ok = env(&[("SANDBOX_MEMORY_MB", "32")]).unwrap();
+        assert_eq!(ok.provider, ProviderKind::QuickJs);
+        assert_eq!(
+            (ok.resources.memory_mb, ok.quickjs_worker.clone()),
+            (32, None)
+        );
+        for name in ["SANDBOX_CPUS", "SANDBOX_PIDS", "SANDBOX_DISK_MB"] {
+            let e = env(&[(name, "1")]).unwrap_err();
+            assert_eq!(e.name, name);
+            assert!(e.message.contains("quickjs"), "{e}");
+        }
+        let e = env(&[("SANDBOX_QUICKJS_WORKER", "/nonexistent/worker")]).unwrap_err();
+        assert_eq!(e.name, "SANDBOX_QUICKJS_WORKER");
+        let e = Config::from_env(&MapEnv::from_pairs([
+            ("PLIMSOLL_INSECURE", "1"),
+            ("SANDBOX_PROVIDER", "process"),
+            ("SANDBOX_QUICKJS_WORKER", "/bin/true"),
+        ]))
+        .unwrap_err();
+        assert!(e.message.contains("SANDBOX_PROVIDER is process"), "{e}");
+        let e = env(&[]).map(|_| ()).and(
+            Config::from_env(&MapEnv::from_pairs([
+                ("PLIMSOLL_INSECURE", "1"),
+                ("SANDBOX_PROVIDER", "wasm"),
+            ]))
+            .map(|_| ()),
+        );
+        assert!(e.unwrap_err().message.contains("quickjs, process"));
     }
 
     #[test]

@@ -31,6 +31,27 @@ impl Stopper {
 pub fn build(cfg: &Config) -> Result<(Arc<dyn Provider>, Stopper), ProviderStartError> {
     match cfg.provider {
         ProviderKind::Disabled => Ok((Arc::new(Disabled), Stopper::default())),
+        ProviderKind::QuickJs => {
+            let worker = match &cfg.quickjs_worker {
+                Some(path) => plimsoll_quickjs::WorkerCommand::binary(path.clone()),
+                None => plimsoll_quickjs::WorkerCommand::current_exe().map_err(|e| {
+                    ProviderStartError {
+                        provider: "quickjs".into(),
+                        message: format!("cannot find the running binary to start workers: {e}; set SANDBOX_QUICKJS_WORKER"),
+                    }
+                })?,
+            };
+            let mut q = plimsoll_quickjs::QuickJsConfig::new(worker);
+            q.memory_mb = cfg.resources.memory_mb;
+            q.output_bytes = cfg.output_bytes;
+            q.default_timeout = cfg.default_timeout.min(Duration::from_millis(
+                plimsoll_quickjs::provider::MAX_TIMEOUT_MS.into(),
+            ));
+            Ok((
+                Arc::new(plimsoll_quickjs::QuickJsProvider::new(q)),
+                Stopper::default(),
+            ))
+        }
         ProviderKind::Process => Ok((Arc::new(ProcessProvider::new(cfg)?), Stopper::default())),
         ProviderKind::Docker => {
             let docker = cfg.docker.clone().ok_or_else(|| ProviderStartError {

@@ -1,0 +1,104 @@
+//! The real `plimsolld` binary as a child process for these tests: started with a clean
+//! environment (the process provider unless the test names another), its JSON log lines
+//! read on a thread of their own, its RPC address taken from the `serving` line, killed on
+//! drop if a test fails with it alive.
+
+#![allow(dead_code)] // each test file uses a part
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// A `plimsolld` process with its stderr lines (JSON log lines, or the plain line of a
+/// configuration error) read on a thread of their own.
+pub struct Plimsolld {
+    pub child: Child,
+    lines: mpsc::Receiver<serde_json::Value>,
+    pub seen: Vec<serde_json::Value>,
+}
+
+impl Plimsolld {
+    pub fn spawn(dir: &Path, vars: &[(&str, &str)]) -> Plimsolld {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plimsolld"));
+        cmd.args(["--log-format", "json"])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("RUST_LOG", "info")
+            .env("PLIMSOLL_ADDR", "127.0.0.1:0")
+            .env("PLIMSOLL_METRICS_ADDR", "off")
+            .env("PLIMSOLL_STATE_DIR", dir.join("state"))
+            .env("SANDBOX_PROVIDER", "process");
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { return };
+                let v = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({ "message": line }));
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        Plimsolld {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The RPC address once the daemon logs `serving`, or `None` if it closed its stderr
+    /// (exited) first.
+    pub fn serving(&mut self) -> Option<String> {
+        while let Ok(v) = self.lines.recv() {
+            self.seen.push(v.clone());
+            if v["message"] == "serving" {
+                return Some(format!("http://{}", v["addr"].as_str().unwrap()));
+            }
+        }
+        None
+    }
+
+    /// Waits for the process to exit, then reads the rest of its stderr.
+    pub fn wait(&mut self) -> ExitStatus {
+        let status = self.child.wait().unwrap();
+        while let Ok(v) = self.lines.recv() {
+            self.seen.push(v);
+        }
+        status
+    }
+
+    pub fn stop(&mut self) -> ExitStatus {
+        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
+        self.wait()
+    }
+
+    pub fn log(&self) -> String {
+        self.seen
+            .iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Plimsolld {
+    fn drop(&mut self) {
+        // Only a failed test gets here with the process alive.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
