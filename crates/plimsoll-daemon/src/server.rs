@@ -211,9 +211,7 @@ async fn withheld_scan(
     facts: &provider::Facts,
 ) -> Result<(), StartError> {
     let fail = |m: String| StartError::Withheld(m);
-    let image_id = facts
-        .environment
-        .strip_prefix("docker-image:")
+    let image_id = plimsoll_docker::provider::image_of_environment(&facts.environment)
         .filter(|id| plimsoll_withheld::known::valid_image_id(id))
         .ok_or_else(|| {
             fail(format!(

@@ -67,6 +67,9 @@ pub struct DockerConfig {
     pub image: String,
     /// `SANDBOX_DOCKER_RUNTIME`.
     pub runtime: Runtime,
+    /// The name the engine lists the runtime under, when it is not the runtime's own
+    /// (`runc`, `runsc`). Tests register variants of runsc under other names.
+    pub runtime_name: Option<String>,
     /// `SANDBOX_DOCKER_POOL`: containers kept created, started and ready ahead of runs.
     pub pool: usize,
     /// `SANDBOX_DOCKER_SECCOMP`.
@@ -113,6 +116,7 @@ impl DockerConfig {
         DockerConfig {
             image: image.into(),
             runtime: Runtime::Runc,
+            runtime_name: None,
             pool: 0,
             seccomp: Seccomp::EngineDefault,
             memory_mb: 0,
@@ -123,6 +127,14 @@ impl DockerConfig {
             state_dir: state_dir.into(),
             output_bytes: 1024 * 1024,
             default_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// The engine's name for the runtime each container runs under.
+    pub fn engine_runtime(&self) -> &str {
+        match self.runtime_name.as_deref().map(str::trim) {
+            Some(n) if !n.is_empty() => n,
+            _ => self.runtime.as_str(),
         }
     }
 

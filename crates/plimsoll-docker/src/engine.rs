@@ -16,7 +16,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 
-use crate::config::{Limits, Runtime};
+use crate::config::Limits;
 
 /// Label naming the daemon start that created a container (random per start).
 pub const LABEL_INSTANCE: &str = "io.plimsoll.instance";
@@ -43,8 +43,8 @@ pub const API_TIMEOUT_S: u64 = 60;
 pub struct Spec<'a> {
     /// The verified image content ID (`sha256:…`).
     pub image_id: &'a str,
-    /// The OCI runtime.
-    pub runtime: Runtime,
+    /// The engine's name for the OCI runtime (`runc`, `runsc`, …).
+    pub runtime: &'a str,
     /// Resource limits.
     pub limits: Limits,
     /// A seccomp profile's JSON, or `None` for the engine's default profile.
@@ -138,7 +138,7 @@ pub fn container_body(s: &Spec<'_>) -> ContainerCreateBody {
         tty: Some(false),
         stop_timeout: Some(1),
         host_config: Some(HostConfig {
-            runtime: Some(s.runtime.as_str().to_owned()),
+            runtime: Some(s.runtime.to_owned()),
             network_mode: Some("none".to_owned()),
             readonly_rootfs: Some(true),
             privileged: Some(false),
@@ -301,7 +301,7 @@ mod tests {
     fn spec(dir: &Path) -> Spec<'_> {
         Spec {
             image_id: "sha256:abc",
-            runtime: Runtime::Runc,
+            runtime: "runc",
             limits: Limits {
                 memory_mb: 256,
                 cpus: 0.5,
@@ -377,7 +377,7 @@ mod tests {
         let dir = Path::new("/d");
         let mut s = spec(dir);
         s.seccomp_json = Some("{\"defaultAction\":\"SCMP_ACT_ERRNO\"}");
-        s.runtime = Runtime::Runsc;
+        s.runtime = "runsc";
         let b = container_body(&s);
         let h = b.host_config.unwrap();
         assert!(h

@@ -162,6 +162,67 @@ pub fn gvisor_evidence(
     ))
 }
 
+/// The value of runsc flag `name` among a runtime's registered arguments, as runsc's flag
+/// parser reads them (`-name=v`, `--name=v`, `-name v`, `--name v`; the last one wins), or
+/// `None` when it is not given (runsc's default applies).
+pub fn runsc_flag(args: &[String], name: &str) -> Option<String> {
+    let mut found = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let Some(flag) = a.strip_prefix("--").or_else(|| a.strip_prefix('-')) else {
+            continue;
+        };
+        if let Some(v) = flag.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+            found = Some(v.to_owned());
+        } else if flag == name {
+            found = it.next().cloned();
+        }
+    }
+    found
+}
+
+/// What a runsc runtime's registered arguments let the provider do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunscChannel {
+    /// `--host-uds` lets code inside connect to a Unix socket the host created (the grant
+    /// relay, `g.sock`): `open` or `all`.
+    pub grants: bool,
+}
+
+/// Checks the arguments the engine passes to a runsc runtime: gVisor's own network stack
+/// must be off (`--network=none`: the container has no network, and this runsc refuses to
+/// start a container in the root network namespace without it), and sandboxd must be able
+/// to create a socket the host can connect to in the mounted run directory
+/// (`--host-uds=create` or `all`; runsc's default `none` keeps such a socket inside
+/// gVisor). `all` also lets the code connect to the grant relay's socket; with `create`
+/// the provider offers no grants. The error names every missing setting and where it goes.
+pub fn check_runsc_args(name: &str, path: &str, args: &[String]) -> Result<RunscChannel, String> {
+    let mut missing = Vec::new();
+    let network = runsc_flag(args, "network");
+    if network.as_deref() != Some("none") {
+        missing.push(format!(
+            "--network=none (it has {}: gVisor's network stack must be off, the container has no network)",
+            network.map_or("no --network, so runsc's default \"sandbox\"".to_owned(), |v| format!("--network={v}"))
+        ));
+    }
+    let uds = runsc_flag(args, "host-uds").unwrap_or_else(|| "none".to_owned());
+    let create = matches!(uds.as_str(), "create" | "all");
+    if !create {
+        missing.push(format!(
+            "--host-uds=all (it has --host-uds={uds}: sandboxd's socket in the mounted run directory must be reachable from the host, and a granted run's code must reach the relay's socket; `create` allows the first only, and then no grants are offered)"
+        ));
+    }
+    if !missing.is_empty() {
+        return Err(format!(
+            "the engine runs runtime {name:?} ({path}) with runtimeArgs {args:?}; add {} to \"runtimes\": {{\"{name}\": {{\"runtimeArgs\": [...]}}}} in /etc/docker/daemon.json, then send SIGHUP to dockerd (.ci/register-runsc does both)",
+            missing.join(" and ")
+        ));
+    }
+    Ok(RunscChannel {
+        grants: matches!(uds.as_str(), "open" | "all"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,5 +307,55 @@ mod tests {
             .unwrap_err()
             .contains("does not say"));
         assert!(gvisor_evidence("", dmesg, host).is_err());
+    }
+
+    #[test]
+    fn runsc_arguments_must_keep_the_network_off_and_allow_the_socket_channel() {
+        let v = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            runsc_flag(&v(&["-network", "none", "--host-uds=all"]), "network").as_deref(),
+            Some("none")
+        );
+        assert_eq!(
+            runsc_flag(&v(&["--network=none", "--network=host"]), "network").as_deref(),
+            Some("host")
+        );
+        assert_eq!(runsc_flag(&v(&["--networkx=none"]), "network"), None);
+        let ok = check_runsc_args(
+            "runsc",
+            "/usr/bin/runsc",
+            &v(&["--network=none", "--host-uds=all"]),
+        );
+        assert_eq!(ok, Ok(RunscChannel { grants: true }));
+        let create = check_runsc_args(
+            "runsc",
+            "/usr/bin/runsc",
+            &v(&["--network=none", "--host-uds=create"]),
+        );
+        assert_eq!(create, Ok(RunscChannel { grants: false }));
+        let bare = check_runsc_args("runsc-bare", "/usr/bin/runsc", &[]).unwrap_err();
+        assert!(
+            bare.contains("--network=none") && bare.contains("--host-uds=all"),
+            "{bare}"
+        );
+        assert!(
+            bare.contains("/etc/docker/daemon.json") && bare.contains("runsc-bare"),
+            "{bare}"
+        );
+        let open = check_runsc_args(
+            "r",
+            "/usr/bin/runsc",
+            &v(&["--network=none", "--host-uds=open"]),
+        )
+        .unwrap_err();
+        assert!(!open.contains("--network=none (it"), "{open}");
+        assert!(open.contains("--host-uds=open"), "{open}");
+        let host = check_runsc_args(
+            "r",
+            "/usr/bin/runsc",
+            &v(&["--network=host", "--host-uds=all"]),
+        )
+        .unwrap_err();
+        assert!(host.contains("it has --network=host"), "{host}");
     }
 }

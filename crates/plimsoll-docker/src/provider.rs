@@ -40,7 +40,11 @@ pub const NAME: &str = "docker";
 #[derive(Debug, Clone)]
 struct Proven {
     image_id: String,
+    /// `Facts::environment`: the image ID, and the runtime when it is not runc.
+    environment: String,
     tier: Tier,
+    /// Whether the runtime lets a run's code reach its grant relay's socket.
+    grants: bool,
     languages: Vec<String>,
     policy: String,
 }
@@ -157,6 +161,21 @@ async fn open_grant(
         format!("{CHANNEL_DIR}/{}", client::PY_NAME),
     ));
     Ok((relay, vars))
+}
+
+/// The environment identity the provider states: `docker-image:<image ID>` under runc,
+/// `docker-image:<image ID>;runtime=runsc` under gVisor.
+pub fn environment(image_id: &str, runtime: Runtime) -> String {
+    match runtime {
+        Runtime::Runc => format!("docker-image:{image_id}"),
+        Runtime::Runsc => format!("docker-image:{image_id};runtime=runsc"),
+    }
+}
+
+/// The image content ID in an environment identity [`environment`] wrote.
+pub fn image_of_environment(environment: &str) -> Option<&str> {
+    let rest = environment.strip_prefix("docker-image:")?;
+    Some(rest.split_once(';').map_or(rest, |(id, _)| id))
 }
 
 /// Connects to the engine's Unix socket (not yet contacted).
@@ -414,7 +433,7 @@ impl Inner {
     fn spec<'a>(&'a self, image_id: &'a str, run_id: &'a str, dir: &'a Path) -> Spec<'a> {
         Spec {
             image_id,
-            runtime: self.cfg.runtime,
+            runtime: self.cfg.engine_runtime(),
             limits: self.limits,
             seccomp_json: self.seccomp_json.as_deref(),
             instance: self.instance.id(),
@@ -799,40 +818,50 @@ impl Inner {
         Ok(id)
     }
 
-    /// The runtime the configuration names must be listed by the engine.
-    async fn verify_runtime(&self) -> Result<(), String> {
+    /// The runtime the configuration names must be listed by the engine; a runsc runtime
+    /// must be runsc and be registered with the arguments the provider needs
+    /// ([`evidence::check_runsc_args`]). Returns whether runs can reach a grant relay.
+    async fn verify_runtime(&self) -> Result<bool, String> {
         let info = self
             .docker
             .info()
             .await
             .map_err(|e| format!("cannot read the engine's info: {e}"))?;
         let runtimes = info.runtimes.unwrap_or_default();
-        let want = self.cfg.runtime.as_str();
+        let want = self.cfg.engine_runtime();
+        let var = format!("SANDBOX_DOCKER_RUNTIME={}", self.cfg.runtime.as_str());
         let Some(rt) = runtimes.get(want) else {
             let mut listed: Vec<&String> = runtimes.keys().collect();
             listed.sort();
             return Err(format!(
-                "SANDBOX_DOCKER_RUNTIME={want}: the engine does not list runtime {want:?} (it lists {listed:?}){}",
+                "{var}: the engine does not list runtime {want:?} (it lists {listed:?}){}",
                 if self.cfg.runtime == Runtime::Runsc {
-                    "; install gVisor's runsc and register it in the engine's daemon.json (\"runtimes\": {\"runsc\": {\"path\": \"/usr/local/bin/runsc\"}}), then restart dockerd"
+                    format!("; install gVisor's runsc (apt-get install runsc) and add \"runtimes\": {{\"{want}\": {{\"path\": \"/usr/bin/runsc\", \"runtimeArgs\": [\"--network=none\", \"--host-uds=all\"]}}}} to /etc/docker/daemon.json, then send SIGHUP to dockerd (.ci/register-runsc does both)")
                 } else {
-                    ""
+                    String::new()
                 }
             ));
         };
-        if self.cfg.runtime == Runtime::Runsc {
-            let path = rt.path.clone().unwrap_or_default();
-            let base = Path::new(&path)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if base != "runsc" {
-                return Err(format!(
-                    "SANDBOX_DOCKER_RUNTIME=runsc: the engine's runtime \"runsc\" runs {path:?}, not an executable named runsc"
-                ));
-            }
+        if self.cfg.runtime == Runtime::Runc {
+            return Ok(true);
         }
-        Ok(())
+        let path = rt.path.clone().unwrap_or_default();
+        let base = Path::new(&path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if base != "runsc" {
+            return Err(format!(
+                "{var}: the engine's runtime {want:?} runs {path:?}, not an executable named runsc"
+            ));
+        }
+        let args = rt.runtime_args.clone().unwrap_or_default();
+        let channel =
+            evidence::check_runsc_args(want, &path, &args).map_err(|e| format!("{var}: {e}"))?;
+        if !channel.grants {
+            tracing::warn!(runtime = want, args = ?args, "runsc runs with --host-uds=create: code cannot reach a grant relay's socket, so this provider offers no grants (use --host-uds=all to offer them)");
+        }
+        Ok(channel.grants)
     }
 
     fn lockdown_digest(&self, image_id: &str) -> String {
@@ -961,17 +990,16 @@ impl Provider for DockerProvider {
         Facts {
             name: NAME.into(),
             tier: p.map(|p| p.tier),
-            environment: p
-                .map(|p| format!("docker-image:{}", p.image_id))
-                .unwrap_or_default(),
+            environment: p.map(|p| p.environment.clone()).unwrap_or_default(),
             software_identity: String::new(),
             languages: p.map(|p| p.languages.clone()).unwrap_or_default(),
             supports_project: true,
             max_timeout_ms: plimsoll_core::validate::MAX_TIMEOUT_MS,
             policy: p.map(|p| p.policy.clone()).unwrap_or_default(),
             // Each granted run gets its relay on a per-run Unix socket mounted into its
-            // container (`run_granted`, docs/grants.md).
-            supports_grants: true,
+            // container (`run_granted`, docs/grants.md); under runsc only when its
+            // `--host-uds` lets the code connect to a host socket.
+            supports_grants: p.is_none_or(|p| p.grants),
         }
     }
 
@@ -995,7 +1023,7 @@ impl Provider for DockerProvider {
             })?;
         // The negotiated client shares the connection pool; later calls use that version.
         drop(docker);
-        inner.verify_runtime().await.map_err(start_err)?;
+        let grants = inner.verify_runtime().await.map_err(start_err)?;
         let image_id = inner.verify_image().await.map_err(start_err)?;
         let removed = inner.reconcile().await.map_err(start_err)?;
         let (languages, tier) = inner.smoke(&image_id).await.map_err(start_err)?;
@@ -1003,8 +1031,10 @@ impl Provider for DockerProvider {
         tracing::info!(image = %image_id, isolation = %tier, languages = ?languages, instance = %inner.instance.id(),
             orphans_removed = removed, pool = inner.cfg.pool, "docker provider smoke test passed");
         let _ = inner.proven.set(Proven {
+            environment: environment(&image_id, inner.cfg.runtime),
             image_id: image_id.clone(),
             tier,
+            grants,
             languages,
             policy,
         });
