@@ -40,7 +40,8 @@ impl Plimsolld {
             .env("PLIMSOLL_INSECURE", "1")
             .env("PLIMSOLL_STATE_DIR", state)
             .env("SANDBOX_PROVIDER", "docker")
-            .env("SANDBOX_DOCKER_IMAGE", support::IMAGE);
+            .env("SANDBOX_DOCKER_IMAGE", support::IMAGE)
+            .env("SANDBOX_DOCKER_RUNTIME", support::runtime().as_str());
         for (k, v) in vars {
             cmd.env(k, v);
         }

@@ -12,10 +12,11 @@ use std::time::Duration;
 use bollard::query_parameters::{CommitContainerOptions, RemoveImageOptions, TagImageOptions};
 use bollard::Docker;
 use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
-use plimsoll_core::{Reason, Tier};
+use plimsoll_core::Reason;
 use plimsoll_docker::engine::{containers_labelled, LABEL_INSTANCE};
 use plimsoll_docker::{DockerConfig, DockerProvider, Runtime};
 use plimsoll_provider::{Answer, Provider, ProviderError, Work};
+use support::{gvisor, tier};
 
 mod support;
 use support::{engine, IMAGE};
@@ -32,6 +33,7 @@ macro_rules! need_engine {
 fn config(state: &Path) -> DockerConfig {
     let mut c = DockerConfig::new(IMAGE, state.join("docker"));
     c.default_timeout = Duration::from_secs(30);
+    c.runtime = support::runtime();
     c
 }
 
@@ -90,13 +92,13 @@ async fn javascript_python_and_shell_run_in_a_container() {
     let p = started(config(dir.path())).await;
     let f = p.facts();
     assert_eq!(f.name, "docker");
-    assert_eq!(f.tier, Some(Tier::Container));
+    assert_eq!(f.tier, Some(tier()));
     assert!(
         f.environment.starts_with("docker-image:sha256:"),
         "{}",
         f.environment
     );
-    assert_eq!(f.environment, format!("docker-image:{}", p.image_id()));
+    assert_eq!(f.environment, support::environment(&p.image_id()));
     for l in ["javascript", "python", "shell"] {
         assert!(
             f.languages.iter().any(|x| x == l),
@@ -144,8 +146,8 @@ async fn hardening_is_proven_from_inside_the_container() {
     let r = as_project(
         p.run(
             project(&[
-                // 0: the root filesystem is read-only (and /usr too).
-                "touch /plimsoll-probe 2>&1; echo rc=$?; touch /usr/plimsoll-probe 2>/dev/null; echo rc=$?",
+                // 0: the root filesystem is read-only (and /usr too), and mounted so.
+                "touch /plimsoll-probe 2>&1; echo rc=$?; touch /usr/plimsoll-probe 2>/dev/null; echo rc=$?; awk '$2 == \"/\" {split($4, o, \",\"); print \"root-mount=\" o[1]}' /proc/mounts",
                 // 1: no interface but lo, by two sources.
                 "ls /sys/class/net; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
                 // 2: not root.
@@ -154,8 +156,8 @@ async fn hardening_is_proven_from_inside_the_container() {
                 "grep -E '^Cap(Prm|Eff|Bnd):' /proc/self/status",
                 // 4: a program can still write where runs are meant to.
                 "echo ok > here.txt && cat here.txt && echo tmp > /tmp/x && cat /tmp/x",
-                // 5: no new privileges.
-                "grep -E '^NoNewPrivs:' /proc/self/status",
+                // 5: no new privileges, in /proc/self/status and from prctl itself.
+                "grep -E '^NoNewPrivs:' /proc/self/status || echo 'NoNewPrivs: absent'; python3 -c \"import ctypes; print('prctl', ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))\"",
                 // 6: the writable mounts are noexec.
                 "cp /bin/true /tmp/t && /tmp/t; echo rc=$?",
                 // 7: there is no route anywhere: connecting out fails at once.
@@ -168,11 +170,23 @@ async fn hardening_is_proven_from_inside_the_container() {
     );
     assert_eq!(r.steps.len(), 8, "{r:?}");
     let root = stdout(&r, 0);
-    assert!(root.contains("Read-only file system"), "{root}");
     assert!(!root.contains("rc=0"), "{root}");
+    assert!(root.ends_with("root-mount=ro"), "{root}");
+    if gvisor() {
+        // gVisor checks permissions before the mount's read-only flag: the guest user is
+        // told "Permission denied" where Linux says "Read-only file system".
+        assert!(root.contains("Permission denied"), "{root}");
+    } else {
+        assert!(root.contains("Read-only file system"), "{root}");
+    }
     let net: Vec<String> = stdout(&r, 1).lines().map(str::to_owned).collect();
     assert!(!net.is_empty());
     assert!(net.iter().all(|i| i == "lo"), "interfaces: {net:?}");
+    if gvisor() {
+        // gVisor's sysfs has no network class: /proc/net/dev is the one source.
+        let err = String::from_utf8_lossy(&r.steps[1].stderr);
+        assert!(err.contains("/sys/class/net"), "{err}");
+    }
     let ids: Vec<u32> = stdout(&r, 2).lines().map(|l| l.parse().unwrap()).collect();
     assert!(ids.iter().all(|i| *i != 0), "uid/gid {ids:?}");
     let caps = stdout(&r, 3);
@@ -182,7 +196,14 @@ async fn hardening_is_proven_from_inside_the_container() {
         assert!(v.chars().all(|c| c == '0'), "{line}");
     }
     assert_eq!(stdout(&r, 4), "ok\ntmp");
-    assert_eq!(stdout(&r, 5).split_whitespace().last(), Some("1"));
+    let nnp = stdout(&r, 5);
+    assert!(nnp.ends_with("prctl 1"), "{nnp}");
+    if gvisor() {
+        // gVisor's /proc/self/status has no NoNewPrivs line; prctl answers for its kernel.
+        assert!(nnp.starts_with("NoNewPrivs: absent"), "{nnp}");
+    } else {
+        assert!(nnp.starts_with("NoNewPrivs:\t1"), "{nnp}");
+    }
     let exec = stdout(&r, 6);
     assert!(
         !exec.ends_with("rc=0"),
@@ -266,25 +287,44 @@ async fn a_fork_bomb_is_stopped_by_the_pids_limit() {
     let _d = need_engine!();
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
-    c.pids = 48;
+    // Under gVisor the limit counts the sandbox's own host threads (its kernel's and one per
+    // guest thread on the default platform), so it cannot start under 48; use the default.
+    c.pids = if gvisor() { 0 } else { 48 };
     let p = started(c).await;
     let code = "import os, time\nn = 0\ntry:\n    while n < 10000:\n        pid = os.fork()\n        if pid == 0:\n            time.sleep(60)\n            os._exit(0)\n        n += 1\n    print('unbounded', n)\nexcept OSError as e:\n    print('stopped', n, e.errno)\n";
-    let r = as_project(
-        p.run(
-            Work::Project(pb::ProjectRun {
-                files: vec![pb::ProjectFile {
-                    path: "bomb.py".into(),
-                    content: code.into(),
-                }],
-                steps: vec!["python3 bomb.py".into()],
-                artifacts: vec![],
-                grant_profile: String::new(),
-            }),
-            Duration::from_secs(30),
-        )
-        .await
-        .unwrap(),
-    );
+    let bomb = || {
+        Work::Project(pb::ProjectRun {
+            files: vec![pb::ProjectFile {
+                path: "bomb.py".into(),
+                content: code.into(),
+            }],
+            steps: vec!["python3 bomb.py".into()],
+            artifacts: vec![],
+            grant_profile: String::new(),
+        })
+    };
+    if gvisor() {
+        // The difference: gVisor's kernel does not refuse the fork; the host refuses its
+        // sandbox a thread, and the whole sandbox stops. The run fails as "may have run",
+        // its container is removed, and the next run gets a fresh one.
+        match p.run(bomb(), Duration::from_secs(30)).await {
+            Err(ProviderError::Failed(m)) => assert!(m.contains("may have run"), "{m}"),
+            other => {
+                panic!("a fork bomb under gVisor: expected the sandbox to stop, got {other:?}")
+            }
+        }
+        p.settle().await;
+        assert!(labelled(&_d, p.instance_id()).await.is_empty());
+        let j = as_js(
+            p.run(js("console.log('next')"), Duration::from_secs(20))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(j.stdout, b"next\n");
+        p.shutdown().await;
+        return;
+    }
+    let r = as_project(p.run(bomb(), Duration::from_secs(30)).await.unwrap());
     let out = stdout(&r, 0);
     let mut words = out.split_whitespace();
     assert_eq!(
@@ -305,8 +345,30 @@ async fn the_memory_limit_is_enforced() {
     let _d = need_engine!();
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
-    c.memory_mb = 96;
+    // Under gVisor the limit also holds the sandbox's own kernel.
+    c.memory_mb = if gvisor() { 192 } else { 96 };
     let p = started(c).await;
+    if gvisor() {
+        // The difference: the host's OOM killer stops the whole sandbox (gVisor's kernel is
+        // in the same cgroup), so the run over the limit fails as "may have run" instead of
+        // one program being killed; nothing of it is left and the next run is served.
+        let small = as_project(p.run(project(&["python3 -c \"b = bytearray(64 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print('small ok')\""]), Duration::from_secs(60)).await.unwrap());
+        assert_eq!(stdout(&small, 0), "small ok", "{small:?}");
+        match p.run(project(&["python3 -c \"b = bytearray(400 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); print('big ok')\""]), Duration::from_secs(60)).await {
+            Err(ProviderError::Failed(m)) => assert!(m.contains("may have run"), "{m}"),
+            other => panic!("400 MiB under a 192 MiB limit under gVisor: {other:?}"),
+        }
+        p.settle().await;
+        assert!(labelled(&_d, p.instance_id()).await.is_empty());
+        let j = as_js(
+            p.run(js("console.log('next')"), Duration::from_secs(20))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(j.stdout, b"next\n");
+        p.shutdown().await;
+        return;
+    }
     let r = as_project(
         p.run(
             project(&[
@@ -390,13 +452,7 @@ async fn a_deadline_kills_the_container() {
                 // runs. Pausing a container that is still starting would test the
                 // start-up timeout instead.
                 let socket_open = walk_has(&runs_dir, plimsoll_docker::engine::SOCKET_NAME);
-                let running = socket_open
-                    && d2
-                        .top_processes(id, None::<bollard::query_parameters::TopOptions>)
-                        .await
-                        .ok()
-                        .and_then(|t| t.processes)
-                        .is_some_and(|ps| ps.iter().flatten().any(|c| c.contains("node")));
+                let running = socket_open && runs_node(&d2, id).await;
                 if running {
                     d2.pause_container(id).await.unwrap();
                     return true;
@@ -485,7 +541,7 @@ async fn a_tag_repointed_after_startup_does_not_change_what_runs() {
         .unwrap(),
     );
     assert_eq!(stdout(&r, 0), "original");
-    assert_eq!(p.facts().environment, format!("docker-image:{original}"));
+    assert_eq!(p.facts().environment, support::environment(&original));
     p.shutdown().await;
     d.remove_image(&tag, None::<RemoveImageOptions>, None)
         .await
@@ -589,6 +645,24 @@ async fn a_missing_engine_is_a_clear_startup_error() {
 #[tokio::test]
 async fn runsc_is_refused_unless_the_engine_has_it_and_gvisor_is_proven() {
     let d = need_engine!();
+    let dir = tempfile::tempdir().unwrap();
+    // A runtime the engine does not list: refused before any container, naming what to add.
+    let mut c = config(dir.path());
+    c.runtime = Runtime::Runsc;
+    c.runtime_name = Some("plimsoll-unregistered-runsc".into());
+    let p = DockerProvider::new(c).unwrap();
+    let e = p.start().await.unwrap_err();
+    for part in [
+        "SANDBOX_DOCKER_RUNTIME=runsc",
+        "does not list runtime \"plimsoll-unregistered-runsc\"",
+        "/etc/docker/daemon.json",
+        "\"--network=none\", \"--host-uds=all\"",
+    ] {
+        assert!(e.message.contains(part), "{part} missing from: {e}");
+    }
+    assert_eq!(p.facts().tier, None, "a tier was claimed without proof");
+    assert!(labelled(&d, p.instance_id()).await.is_empty());
+
     let listed = d
         .info()
         .await
@@ -596,24 +670,132 @@ async fn runsc_is_refused_unless_the_engine_has_it_and_gvisor_is_proven() {
         .runtimes
         .unwrap_or_default()
         .contains_key("runsc");
-    let dir = tempfile::tempdir().unwrap();
+    if !listed {
+        assert!(
+            !support::required(),
+            "PLIMSOLL_REQUIRE_DOCKER=1 but the engine does not list runsc; run .ci/register-runsc"
+        );
+        eprintln!("skipping the runsc half: the engine does not list runsc (.ci/register-runsc)");
+        return;
+    }
+    // The registered runsc: gVisor proven from inside, tier `kernel`, the runtime named in
+    // the environment identity.
     let mut c = config(dir.path());
     c.runtime = Runtime::Runsc;
-    let p = DockerProvider::new(c).unwrap();
-    match p.start().await {
-        Ok(()) => {
-            assert!(listed);
-            assert_eq!(p.facts().tier, Some(Tier::Kernel));
-            p.shutdown().await;
-        }
-        Err(e) => {
-            assert!(e.message.contains("SANDBOX_DOCKER_RUNTIME=runsc"), "{e}");
-            if !listed {
-                assert!(e.message.contains("does not list runtime \"runsc\""), "{e}");
-            }
-            assert_eq!(p.facts().tier, None, "a tier was claimed without proof");
-        }
+    let p = started(c).await;
+    let f = p.facts();
+    assert_eq!(f.tier, Some(plimsoll_core::Tier::Kernel));
+    assert_eq!(
+        f.environment,
+        format!("docker-image:{};runtime=runsc", p.image_id())
+    );
+    assert!(f.supports_grants);
+    // What the code sees is gVisor's kernel, not the host's.
+    let r = as_project(
+        p.run(
+            project(&["cat /proc/version", "dmesg | head -n 1"]),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap(),
+    );
+    let host = std::fs::read_to_string("/proc/version").unwrap();
+    assert_ne!(stdout(&r, 0), host.trim());
+    assert!(stdout(&r, 1).contains("Starting gVisor"), "{r:?}");
+    p.shutdown().await;
+}
+
+/// Registers a runtime with the engine through the script CI uses; `None` when this machine
+/// cannot (no runsc, not root) and the run does not require it.
+fn register_runtime(name: &str, args: &[&str], runsc: Option<&str>) -> Option<()> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/register-runsc");
+    let mut cmd = Command::new(script);
+    cmd.arg(name).arg("--").args(args);
+    if let Some(path) = runsc {
+        cmd.env("RUNSC", path);
     }
+    let out = cmd.output().unwrap();
+    if out.status.success() {
+        return Some(());
+    }
+    let why = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !support::required(),
+        "PLIMSOLL_REQUIRE_DOCKER=1 but .ci/register-runsc {name} failed: {why}"
+    );
+    eprintln!("skipping: cannot register runtime {name}: {why}");
+    None
+}
+
+#[tokio::test]
+async fn a_runsc_runtime_without_its_arguments_is_a_clear_startup_error() {
+    let d = need_engine!();
+    let dir = tempfile::tempdir().unwrap();
+    let start = |name: &str| {
+        let mut c = config(dir.path());
+        c.runtime = Runtime::Runsc;
+        c.runtime_name = Some(name.into());
+        DockerProvider::new(c).unwrap()
+    };
+    // No arguments at all: gVisor's network on, and sandboxd's socket invisible to the host.
+    if register_runtime("runsc-bare", &[], None).is_none() {
+        return;
+    }
+    let p = start("runsc-bare");
+    let e = p.start().await.unwrap_err();
+    for part in [
+        "SANDBOX_DOCKER_RUNTIME=runsc",
+        "runtime \"runsc-bare\"",
+        "add --network=none",
+        "--host-uds=all (it has --host-uds=none",
+        "/etc/docker/daemon.json",
+        "SIGHUP",
+    ] {
+        assert!(e.message.contains(part), "{part} missing from: {e}");
+    }
+    assert_eq!(p.facts().tier, None);
+    assert!(labelled(&d, p.instance_id()).await.is_empty());
+
+    // The network off but no host socket: the channel cannot work, and it says so.
+    register_runtime("runsc-nouds", &["--network=none"], None).unwrap();
+    let e = start("runsc-nouds").start().await.unwrap_err();
+    assert!(
+        e.message.contains("--host-uds=all (it has --host-uds=none"),
+        "{e}"
+    );
+    assert!(!e.message.contains("add --network=none"), "{e}");
+
+    // Sockets allowed but the network left to runsc's default.
+    register_runtime("runsc-net", &["--host-uds=all"], None).unwrap();
+    let e = start("runsc-net").start().await.unwrap_err();
+    assert!(e.message.contains("add --network=none"), "{e}");
+    assert!(!e.message.contains("--host-uds=all (it"), "{e}");
+
+    // A runtime named like runsc that runs runc is no gVisor.
+    register_runtime("runsc-runc", &["--network=none"], Some("/usr/bin/runc")).unwrap();
+    let e = start("runsc-runc").start().await.unwrap_err();
+    assert!(e.message.contains("not an executable named runsc"), "{e}");
+
+    // `--host-uds=create` is the narrowest setting for the channel: it serves, tier `kernel`,
+    // but code cannot reach a host socket, so no grants are offered.
+    register_runtime(
+        "runsc-create",
+        &["--network=none", "--host-uds=create"],
+        None,
+    )
+    .unwrap();
+    let p = start("runsc-create");
+    p.start().await.unwrap();
+    assert_eq!(p.facts().tier, Some(plimsoll_core::Tier::Kernel));
+    assert!(!p.facts().supports_grants);
+    let j = as_js(
+        p.run(js("console.log('through create')"), Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(j.stdout, b"through create\n");
+    p.shutdown().await;
+    assert!(labelled(&d, p.instance_id()).await.is_empty());
 }
 
 #[tokio::test]
@@ -706,6 +888,7 @@ async fn plimsolld_serves_javascript_python_and_shell_from_docker() {
         ("SANDBOX_PROVIDER", "docker"),
         ("SANDBOX_DOCKER_IMAGE", IMAGE),
         ("SANDBOX_DOCKER_POOL", "1"),
+        ("SANDBOX_DOCKER_RUNTIME", support::runtime().as_str()),
         ("SANDBOX_MIN_ISOLATION", "container"),
     ]);
     let cfg = plimsoll_daemon::Config::from_env(&env).unwrap();
@@ -720,7 +903,7 @@ async fn plimsolld_serves_javascript_python_and_shell_from_docker() {
         .unwrap()
         .into_inner();
     assert_eq!(desc.sandbox, "docker");
-    assert_eq!(desc.isolation, "container");
+    assert_eq!(desc.isolation, tier().as_str());
     let env_id = desc
         .javascript_environment
         .as_ref()
@@ -728,6 +911,7 @@ async fn plimsolld_serves_javascript_python_and_shell_from_docker() {
         .identity
         .clone();
     assert!(env_id.starts_with("docker-image:sha256:"), "{env_id}");
+    assert_eq!(env_id.ends_with(";runtime=runsc"), gvisor(), "{env_id}");
 
     let req = request(Payload::Javascript(pb::JavaScriptRun {
         code: "console.log([1, 2, 3].map(x => x * 14).join(','))".into(),
@@ -736,7 +920,7 @@ async fn plimsolld_serves_javascript_python_and_shell_from_docker() {
     let resp = client.run(req.clone()).await.unwrap().into_inner();
     plimsoll_core::check::check_answer(&req, &resp).unwrap();
     assert_eq!(resp.sandbox, "docker");
-    assert_eq!(resp.isolation, "container");
+    assert_eq!(resp.isolation, tier().as_str());
     assert_eq!(resp.environment, env_id);
     assert_eq!(resp.record.as_ref().unwrap().environment, env_id);
     let Some(R::Javascript(j)) = resp.result else {
@@ -765,17 +949,30 @@ async fn plimsolld_serves_javascript_python_and_shell_from_docker() {
     assert_eq!(String::from_utf8_lossy(&p.steps[0].stdout), "42\n");
     assert_eq!(p.artifacts[0].content, b"42\n");
 
-    // A floor above what runc proves is refused before anything runs.
+    // A `kernel` floor: served under gVisor (proven at startup); above what runc proves, so
+    // refused before anything runs.
     let mut req = request(Payload::Javascript(pb::JavaScriptRun {
-        code: "console.log(1)".into(),
+        code: "console.log('floor met')".into(),
         grant_profile: String::new(),
     }));
     req.minimum_isolation = "kernel".into();
-    let e = client.run(req).await.unwrap_err();
-    assert_eq!(
-        plimsoll_core::not_dispatched_reason(&e),
-        Some(Reason::Isolation)
-    );
+    if gvisor() {
+        let resp = client.run(req.clone()).await.unwrap().into_inner();
+        plimsoll_core::check::check_answer(&req, &resp).unwrap();
+        assert_eq!(resp.isolation, "kernel");
+        assert_eq!(resp.record.as_ref().unwrap().isolation, "kernel");
+        let Some(R::Javascript(j)) = resp.result else {
+            panic!("no javascript result")
+        };
+        assert_eq!(j.stdout, b"floor met\n");
+    } else {
+        let e = client.run(req).await.unwrap_err();
+        assert_eq!(
+            plimsoll_core::not_dispatched_reason(&e),
+            Some(Reason::Isolation)
+        );
+        assert!(e.message().contains("kernel"), "{e}");
+    }
 
     let instance = only_instance(&state.join("docker"));
     daemon.shutdown().await;
@@ -814,7 +1011,39 @@ async fn plimsolld_refuses_to_start_on_a_missing_engine() {
     );
 }
 
-/// The one instance id recorded in a provider state directory.
+/// Whether a `node` process runs in the container, read from inside it through
+/// `docker exec` (under gVisor `docker top` lists the host's processes, not the guest's).
+async fn runs_node(d: &Docker, id: &str) -> bool {
+    use bollard::exec::{CreateExecOptions, StartExecResults};
+    use futures_util::StreamExt;
+    let script = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < \"$f\"; echo; done 2>/dev/null";
+    let Ok(exec) = d
+        .create_exec(
+            id,
+            CreateExecOptions {
+                cmd: Some(vec!["sh", "-c", script]),
+                attach_stdout: Some(true),
+                attach_stderr: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+    else {
+        return false;
+    };
+    let Ok(StartExecResults::Attached { mut output, .. }) = d.start_exec(&exec.id, None).await
+    else {
+        return false;
+    };
+    let mut text = String::new();
+    while let Some(Ok(chunk)) = output.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+    }
+    text.lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .any(|prog| prog == "node" || prog.ends_with("/node"))
+}
+
 /// Whether a file named `name` exists anywhere under `dir`.
 fn walk_has(dir: &Path, name: &str) -> bool {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -883,6 +1112,7 @@ fn spawn_daemon(state: &Path, pool: &str) -> Daemon {
         .env("SANDBOX_PROVIDER", "docker")
         .env("SANDBOX_DOCKER_IMAGE", IMAGE)
         .env("SANDBOX_DOCKER_POOL", pool)
+        .env("SANDBOX_DOCKER_RUNTIME", support::runtime().as_str())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

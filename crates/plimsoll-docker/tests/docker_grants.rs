@@ -107,6 +107,7 @@ async fn a_container_calls_a_granted_route_through_its_unix_socket_and_never_see
 
     let mut c = DockerConfig::new(IMAGE, dir.path().join("docker"));
     c.default_timeout = Duration::from_secs(30);
+    c.runtime = support::runtime();
     let p = DockerProvider::new(c).unwrap();
     p.start().await.unwrap();
     assert!(

@@ -274,6 +274,7 @@ fn config(
         ("PLIMSOLL_STATE_DIR", state.to_str().unwrap()),
         ("SANDBOX_PROVIDER", "docker"),
         ("SANDBOX_DOCKER_IMAGE", image),
+        ("SANDBOX_DOCKER_RUNTIME", support::runtime().as_str()),
         ("PLIMSOLL_WITHHELD_SET", set.to_str().unwrap()),
     ];
     if let Some(k) = known {

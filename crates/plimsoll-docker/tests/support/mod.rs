@@ -1,14 +1,45 @@
-//! What the real-engine tests share: the engine gate. Without an engine or the sandbox image
-//! a test skips, unless `PLIMSOLL_REQUIRE_DOCKER=1` (CI), when it fails.
+//! What the real-engine tests share: the engine gate, and the runtime the suite runs under.
+//! Without an engine or the sandbox image a test skips, unless `PLIMSOLL_REQUIRE_DOCKER=1`
+//! (CI), when it fails. `PLIMSOLL_TEST_DOCKER_RUNTIME=runsc` runs the same tests under gVisor
+//! (`.ci/run` runs the suite once per runtime); then a missing runsc is a failure too.
 
 use std::path::Path;
 
 use bollard::Docker;
+use plimsoll_core::Tier;
+use plimsoll_docker::Runtime;
 
 /// The sandbox image `cargo xtask images` builds.
 pub const IMAGE: &str = "plimsoll/sandbox:latest";
 /// The engine's socket the tests use.
 pub const SOCKET: &str = "/var/run/docker.sock";
+
+/// The runtime the suite runs under: `PLIMSOLL_TEST_DOCKER_RUNTIME` (`runc` when unset).
+pub fn runtime() -> Runtime {
+    let v = std::env::var("PLIMSOLL_TEST_DOCKER_RUNTIME").unwrap_or_default();
+    Runtime::parse(&v).unwrap_or_else(|e| panic!("PLIMSOLL_TEST_DOCKER_RUNTIME: {e}"))
+}
+
+/// Whether the suite runs under gVisor.
+#[allow(dead_code)]
+pub fn gvisor() -> bool {
+    runtime() == Runtime::Runsc
+}
+
+/// The tier the provider must state under [`runtime`].
+#[allow(dead_code)]
+pub fn tier() -> Tier {
+    match runtime() {
+        Runtime::Runc => Tier::Container,
+        Runtime::Runsc => Tier::Kernel,
+    }
+}
+
+/// The environment identity the provider states for `image_id` under [`runtime`].
+#[allow(dead_code)]
+pub fn environment(image_id: &str) -> String {
+    plimsoll_docker::provider::environment(image_id, runtime())
+}
 
 /// Whether a missing engine or image is a failure rather than a skip.
 pub fn required() -> bool {
@@ -29,6 +60,18 @@ pub async fn engine() -> Option<Docker> {
         d.inspect_image(IMAGE).await.map_err(|e| {
             format!("image {IMAGE} is missing ({e}); build it with `cargo xtask images`")
         })?;
+        let rt = runtime().as_str();
+        let listed = d
+            .info()
+            .await
+            .map_err(|e| format!("cannot read the engine's info: {e}"))?
+            .runtimes
+            .unwrap_or_default();
+        if !listed.contains_key(rt) {
+            return Err(format!(
+                "PLIMSOLL_TEST_DOCKER_RUNTIME={rt} but the engine does not list runtime {rt:?}; register it with .ci/register-runsc"
+            ));
+        }
         Ok::<_, String>(d)
     }
     .await;
