@@ -3,132 +3,27 @@
 //! to start), and the grant credentials it holds in its environment and memory, which code
 //! in a process-tier run under the same user must not be able to read (`set_dumpable(false)`).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::{Child, Command, Stdio};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use plimsoll_client::{Client, ClientOptions};
 use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
 
-/// A `plimsolld` process with its stderr lines (JSON log lines, or the plain line of a
-/// startup error) read on a thread of their own.
-struct Plimsolld {
-    child: Child,
-    lines: mpsc::Receiver<serde_json::Value>,
-    seen: Vec<serde_json::Value>,
-}
+mod support;
+use support::Plimsolld;
 
-impl Plimsolld {
-    fn spawn(dir: &Path, vars: &[(&str, &str)]) -> Plimsolld {
-        Plimsolld::spawn_as(dir, vars, &[])
-    }
-
-    /// Runs it through `prefix` (for example `setpriv --reuid=…`), which must exec it.
-    fn spawn_as(dir: &Path, vars: &[(&str, &str)], prefix: &[&str]) -> Plimsolld {
-        let mut cmd = match prefix {
-            [] => Command::new(env!("CARGO_BIN_EXE_plimsolld")),
-            [first, rest @ ..] => {
-                let mut c = Command::new(first);
-                c.args(rest).arg(env!("CARGO_BIN_EXE_plimsolld"));
-                c
-            }
-        };
-        cmd.args(["--log-format", "json"])
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("RUST_LOG", "info")
-            .env("PLIMSOLL_METRICS_ADDR", "off")
-            .env("PLIMSOLL_STATE_DIR", dir.join("state"));
-        for (k, v) in vars {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { return };
-                let v = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| serde_json::json!({ "message": line }));
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        Plimsolld {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The RPC address once the daemon logs `serving`, or `None` if it closed its stderr
-    /// (exited) first.
-    fn serving(&mut self) -> Option<String> {
-        while let Ok(v) = self.lines.recv() {
-            self.seen.push(v.clone());
-            if v["message"] == "serving" {
-                return Some(v["addr"].as_str().unwrap().to_owned());
-            }
-        }
-        None
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Waits for the process to exit, then reads the rest of its stderr.
-    fn wait(&mut self) -> ExitStatus {
-        let status = self.child.wait().unwrap();
-        while let Ok(v) = self.lines.recv() {
-            self.seen.push(v);
-        }
-        status
-    }
-
-    fn stop(&mut self) -> ExitStatus {
-        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
-        self.wait()
-    }
-
-    fn log(&self) -> String {
-        self.seen
-            .iter()
-            .map(|v| v.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    /// Lines logged so far at WARN that mention `needle`.
-    fn warnings_with(&self, needle: &str) -> Vec<String> {
-        self.seen
-            .iter()
-            .filter(|v| v["level"] == "WARN")
-            .map(|v| {
-                v["fields"]["message"]
-                    .as_str()
-                    .map_or_else(|| v.to_string(), str::to_owned)
-            })
-            .filter(|m| m.contains(needle))
-            .collect()
-    }
-}
-
-impl Drop for Plimsolld {
-    fn drop(&mut self) {
-        // Only a failed test gets here with the process alive.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Lines `p` logged so far at WARN that mention `needle`.
+fn warnings_with(p: &Plimsolld, needle: &str) -> Vec<String> {
+    p.seen
+        .iter()
+        .filter(|v| v["level"] == "WARN")
+        .map(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .map_or_else(|| v.to_string(), str::to_owned)
+        })
+        .filter(|m| m.contains(needle))
+        .collect()
 }
 
 fn callers(dir: &Path) -> (String, String) {
@@ -159,7 +54,7 @@ fn bearer_tokens_over_plaintext_on_a_network_address_warn_and_hardened_mode_refu
         "plimsolld did not serve:\n{}",
         p.log()
     );
-    let w = p.warnings_with(warning);
+    let w = warnings_with(&p, warning);
     assert_eq!(w.len(), 1, "no warning:\n{}", p.log());
     for needle in [
         "PLIMSOLL_ADDR 0.0.0.0:",
@@ -184,7 +79,7 @@ fn bearer_tokens_over_plaintext_on_a_network_address_warn_and_hardened_mode_refu
         "plimsolld did not serve:\n{}",
         p.log()
     );
-    assert!(p.warnings_with(warning).is_empty(), "{}", p.log());
+    assert!(warnings_with(&p, warning).is_empty(), "{}", p.log());
     assert!(p.stop().success(), "{}", p.log());
 
     // Hardened mode refuses to start (exit 2, nothing served), listing the plaintext
@@ -366,7 +261,7 @@ fn a_process_tier_run_cannot_read_plimsollds_environment_or_memory() {
         .unwrap()
         .block_on(async {
             let mut c = Client::connect(
-                &format!("http://{addr}"),
+                &addr,
                 ClientOptions {
                     token: Some(token),
                     ca_file: None,

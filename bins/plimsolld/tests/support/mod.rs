@@ -23,7 +23,19 @@ pub struct Plimsolld {
 
 impl Plimsolld {
     pub fn spawn(dir: &Path, vars: &[(&str, &str)]) -> Plimsolld {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plimsolld"));
+        Plimsolld::spawn_as(dir, vars, &[])
+    }
+
+    /// Runs it through `prefix` (for example `setpriv --reuid=…`), which must exec it.
+    pub fn spawn_as(dir: &Path, vars: &[(&str, &str)], prefix: &[&str]) -> Plimsolld {
+        let mut cmd = match prefix {
+            [] => Command::new(env!("CARGO_BIN_EXE_plimsolld")),
+            [first, rest @ ..] => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(env!("CARGO_BIN_EXE_plimsolld"));
+                c
+            }
+        };
         cmd.args(["--log-format", "json"])
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -70,6 +82,10 @@ impl Plimsolld {
             }
         }
         None
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Waits for the process to exit, then reads the rest of its stderr.
