@@ -11,6 +11,10 @@
 //!
 //! Targets: with the pool at least 5× faster than `docker run`; without it at most 1.2×
 //! `docker run`. A missed target is reported, never an error.
+//!
+//! `--runtime runsc` measures the same three rows under gVisor (`docker run --runtime runsc`,
+//! plimsolld with `SANDBOX_DOCKER_RUNTIME=runsc`) right after the runc rows, in the same
+//! run and timed the same way, and prints both tables and the runsc/runc ratio per row.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -32,10 +36,11 @@ const TARGET_POOL_SPEEDUP: f64 = 5.0;
 const TARGET_COLD_RATIO: f64 = 1.2;
 
 const USAGE: &str = "\
-usage: cargo xtask bench docker [--iterations N] [--pool P] [--gap-ms MS] [--no-build]
+usage: cargo xtask bench docker [--iterations N] [--pool P] [--gap-ms MS] [--runtime runsc] [--no-build]
   --iterations N  measured runs of each kind (default 20)
   --pool P        SANDBOX_DOCKER_POOL of the pooled daemon (default 2)
   --gap-ms MS     pause between pooled runs so the pool refills (default 1500)
+  --runtime R     also measure every row under runtime R (runsc), against runc in the same run
   --no-build      use target/release/plimsolld and plimsoll/sandbox:latest as they are";
 
 struct Options {
@@ -43,6 +48,7 @@ struct Options {
     pool: usize,
     gap: Duration,
     build: bool,
+    runtime: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Option<Options>> {
@@ -51,6 +57,7 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
         pool: 2,
         gap: Duration::from_millis(1500),
         build: true,
+        runtime: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -64,6 +71,11 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
             "--pool" => o.pool = value(a)?.parse()?,
             "--gap-ms" => o.gap = Duration::from_millis(value(a)?.parse()?),
             "--no-build" => o.build = false,
+            "--runtime" => match value(a)? {
+                "runc" => o.runtime = None,
+                "runsc" => o.runtime = Some("runsc".into()),
+                other => bail!("--runtime {other:?}: use runsc (runc is always measured)"),
+            },
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(None);
@@ -98,70 +110,141 @@ pub fn run(args: &[String]) -> Result<()> {
         .enable_all()
         .build()?;
 
-    // docker run --rm IMAGE true, through the CLI.
+    let runc = measure_runtime(&rt, &opts, &bin, &image, "runc", tmp.path())?;
+    let runsc = match &opts.runtime {
+        Some(r) => Some(measure_runtime(&rt, &opts, &bin, &image, r, tmp.path())?),
+        None => None,
+    };
+    println!();
+    println!(
+        "bench docker: image {image}, {} runs each (project step `true`), medians:",
+        opts.iterations
+    );
+    runc.print(opts.pool);
+    if let Some(g) = &runsc {
+        g.print(opts.pool);
+        println!(
+            "  {}/runc, per row (same run, same timing; baseline: runc):",
+            g.runtime
+        );
+        for (name, a, b) in [
+            ("docker run --rm IMAGE true (CLI)", &runc.cli, &g.cli),
+            ("plimsolld, no pool", &runc.cold, &g.cold),
+            ("plimsolld, warm pool", &runc.pooled, &g.pooled),
+        ] {
+            println!(
+                "    {name:<36} {:6.2}x   ({:.1} ms vs {:.1} ms)",
+                median(b) / median(a),
+                median(b),
+                median(a)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The three rows, for one runtime.
+struct Rows {
+    runtime: String,
+    cli: Vec<f64>,
+    cold: Vec<f64>,
+    pooled: Vec<f64>,
+}
+
+impl Rows {
+    fn print(&self, pool: usize) {
+        let (m_cli, m_cold, m_pool) = (median(&self.cli), median(&self.cold), median(&self.pooled));
+        let speedup = m_cli / m_pool;
+        let cold_ratio = m_cold / m_cli;
+        println!("  runtime {}:", self.runtime);
+        println!(
+            "  docker run --rm IMAGE true (CLI)      {m_cli:8.1} ms   (p90 {:.1})",
+            quantile(&self.cli, 0.9)
+        );
+        println!(
+            "  plimsolld, no pool                    {m_cold:8.1} ms   (p90 {:.1})",
+            quantile(&self.cold, 0.9)
+        );
+        println!(
+            "  plimsolld, warm pool of {pool}             {m_pool:8.1} ms   (p90 {:.1})",
+            quantile(&self.pooled, 0.9)
+        );
+        println!(
+            "  pool speed-up over docker run: {speedup:.1}x (target >= {TARGET_POOL_SPEEDUP}x) {}",
+            verdict(speedup >= TARGET_POOL_SPEEDUP)
+        );
+        println!(
+            "  no pool vs docker run: {cold_ratio:.2}x (target <= {TARGET_COLD_RATIO}x) {}",
+            verdict(cold_ratio <= TARGET_COLD_RATIO)
+        );
+    }
+}
+
+/// `docker run --rm --runtime R IMAGE true` through the CLI, then plimsolld without and
+/// with the pool, all under runtime `runtime`.
+fn measure_runtime(
+    rt: &tokio::runtime::Runtime,
+    opts: &Options,
+    bin: &Path,
+    image: &str,
+    runtime: &str,
+    tmp: &Path,
+) -> Result<Rows> {
     eprintln!(
-        "bench: docker run --rm {image} true ×{}",
+        "bench: docker run --rm --runtime {runtime} {image} true ×{}",
         opts.iterations + 2
     );
     let mut cli = Vec::new();
     for i in 0..opts.iterations + 2 {
         let t0 = Instant::now();
         let st = Command::new("docker")
-            .args(["run", "--rm", "--network", "none", &image, "true"])
+            .args([
+                "run",
+                "--rm",
+                "--runtime",
+                runtime,
+                "--network",
+                "none",
+                image,
+                "true",
+            ])
             .stdout(Stdio::null())
             .status()
             .context("running docker run")?;
-        ensure!(st.success(), "docker run --rm {image} true failed: {st}");
+        ensure!(
+            st.success(),
+            "docker run --rm --runtime {runtime} {image} true failed: {st}"
+        );
         if i >= 2 {
             cli.push(ms(t0.elapsed()));
         }
     }
-
     let cold = {
-        let mut d = Daemon::spawn(&bin, &image, 0, &tmp.path().join("cold"))?;
+        let mut d = Daemon::spawn(bin, image, runtime, 0, &tmp.join(format!("{runtime}-cold")))?;
         let r = rt.block_on(measure(d.addr, opts.iterations, Duration::ZERO));
         d.stop();
         r?
     };
     let pooled = {
-        let mut d = Daemon::spawn(&bin, &image, opts.pool, &tmp.path().join("pool"))?;
+        let mut d = Daemon::spawn(
+            bin,
+            image,
+            runtime,
+            opts.pool,
+            &tmp.join(format!("{runtime}-pool")),
+        )?;
         // Let the pool fill before the first run.
         std::thread::sleep(opts.gap * opts.pool as u32);
         let r = rt.block_on(measure(d.addr, opts.iterations, opts.gap));
         d.stop();
         r?
     };
-
-    let (m_cli, m_cold, m_pool) = (median(&cli), median(&cold), median(&pooled));
-    let speedup = m_cli / m_pool;
-    let cold_ratio = m_cold / m_cli;
-    println!();
-    println!(
-        "bench docker: image {image}, {} runs each (project step `true`), medians:",
-        opts.iterations
-    );
-    println!(
-        "  docker run --rm IMAGE true (CLI)      {m_cli:8.1} ms   (p90 {:.1})",
-        quantile(&cli, 0.9)
-    );
-    println!(
-        "  plimsolld, no pool                    {m_cold:8.1} ms   (p90 {:.1})",
-        quantile(&cold, 0.9)
-    );
-    println!(
-        "  plimsolld, warm pool of {}             {m_pool:8.1} ms   (p90 {:.1})",
-        opts.pool,
-        quantile(&pooled, 0.9)
-    );
-    println!(
-        "  pool speed-up over docker run: {speedup:.1}x (target >= {TARGET_POOL_SPEEDUP}x) {}",
-        verdict(speedup >= TARGET_POOL_SPEEDUP)
-    );
-    println!(
-        "  no pool vs docker run: {cold_ratio:.2}x (target <= {TARGET_COLD_RATIO}x) {}",
-        verdict(cold_ratio <= TARGET_COLD_RATIO)
-    );
-    Ok(())
+    Ok(Rows {
+        runtime: runtime.to_owned(),
+        cli,
+        cold,
+        pooled,
+    })
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -238,7 +321,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn spawn(bin: &Path, image: &str, pool: usize, state: &Path) -> Result<Daemon> {
+    fn spawn(bin: &Path, image: &str, runtime: &str, pool: usize, state: &Path) -> Result<Daemon> {
         let mut cmd = Command::new(bin);
         cmd.arg("--log-format").arg("json");
         for (k, _) in std::env::vars_os() {
@@ -250,6 +333,7 @@ impl Daemon {
         cmd.env("SANDBOX_PROVIDER", "docker")
             .env("SANDBOX_DOCKER_IMAGE", image)
             .env("SANDBOX_DOCKER_POOL", pool.to_string())
+            .env("SANDBOX_DOCKER_RUNTIME", runtime)
             .env("PLIMSOLL_INSECURE", "1")
             .env("PLIMSOLL_ADDR", "127.0.0.1:0")
             .env("PLIMSOLL_METRICS_ADDR", "off")
@@ -283,7 +367,7 @@ impl Daemon {
         });
         match rx.recv_timeout(Duration::from_secs(120)) {
             Ok(Ok(addr)) => {
-                eprintln!("bench: plimsolld (pool {pool}) serving on {addr}");
+                eprintln!("bench: plimsolld ({runtime}, pool {pool}) serving on {addr}");
                 Ok(Daemon { child, addr })
             }
             Ok(Err(log)) => {
@@ -346,6 +430,10 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!((o.iterations, o.pool, o.build), (5, 3, false));
+        assert_eq!(o.runtime, None);
+        let o = parse(&args(&["--runtime", "runsc"])).unwrap().unwrap();
+        assert_eq!(o.runtime.as_deref(), Some("runsc"));
+        assert!(parse(&args(&["--runtime", "kata"])).is_err());
         assert!(parse(&args(&["--iterations", "1"])).is_err());
         assert!(parse(&args(&["--help"])).unwrap().is_none());
     }
