@@ -573,3 +573,80 @@ fn nested_decoder_windows_share_one_memory_budget() {
     );
     assert!(scan.unreadable.is_empty(), "{:?}", scan.unreadable);
 }
+
+#[test]
+fn mutated_git_packs_zipapps_and_pngs_give_reasons_never_a_panic() {
+    // Real artifacts, then deterministic byte flips and cuts: every outcome is a find, a
+    // `format:`/`limit:` reason or nothing, never a panic or an untagged internal error.
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("r");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("a.txt"), answers()).unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "one"]);
+    std::fs::write(repo.join("a.txt"), answers2()).unwrap();
+    git(&repo, &["commit", "-q", "-a", "-m", "two"]);
+    git(&repo, &["gc", "-q", "--aggressive", "--prune=now"]);
+    let pack = std::fs::read_dir(repo.join(".git/objects/pack"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "pack"))
+        .unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    std::fs::write(src.join("__main__.py"), "print(1)\n").unwrap();
+    std::fs::write(src.join("answers.txt"), answers()).unwrap();
+    let pyz = dir.path().join("a.pyz");
+    run(Command::new("python3")
+        .args(["-m", "zipapp"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&pyz)
+        .args(["-p", "/usr/bin/env python3", "-c"]));
+    let mut pixels: Vec<u8> = (0..20_000u32).map(|i| (i % 13) as u8).collect();
+    pixels[5_000..5_000 + CANARY.len()].copy_from_slice(CANARY);
+    let loose = zlib(&[&b"blob 1720\0"[..], &answers()].concat());
+    let inputs = [
+        std::fs::read(&pack).unwrap(),
+        std::fs::read(&pyz).unwrap(),
+        png(200, &pixels, &answers()),
+        loose,
+    ];
+    let set = set();
+    let lim = Limits {
+        max_member_decoded: 16 << 20,
+        max_total_decoded: 64 << 20,
+        ..Limits::default()
+    };
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for input in &inputs {
+        for round in 0..300 {
+            let mut m = input.clone();
+            let flips = 1 + next() % 4;
+            for _ in 0..flips {
+                let at = (next() % m.len() as u64) as usize;
+                m[at] ^= (next() % 255 + 1) as u8;
+            }
+            if round % 5 == 0 {
+                let keep = (next() % m.len() as u64) as usize;
+                m.truncate(keep.max(1));
+            }
+            let scan = scan_file_bytes("m", &m, &set, &lim);
+            for (p, r, _) in &scan.unreadable {
+                assert!(p.starts_with('m'), "{p}");
+                assert!(
+                    (r.starts_with("format:") || r.starts_with("limit:"))
+                        && !r.starts_with("format:internal"),
+                    "{r}"
+                );
+            }
+        }
+    }
+}
