@@ -141,15 +141,25 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// plimsolld running as a child process.
-struct Daemon {
-    child: Child,
-    addr: SocketAddr,
+pub(crate) struct Daemon {
+    pub(crate) child: Child,
+    pub(crate) addr: SocketAddr,
     log_tail: Arc<Mutex<VecDeque<String>>>,
     answered: Arc<Mutex<Vec<f64>>>,
 }
 
 impl Daemon {
     fn spawn(bin: &Path, callers: &Path, state: &Path) -> anyhow::Result<Daemon> {
+        Daemon::spawn_with(bin, callers, state, "process")
+    }
+
+    /// plimsolld with `SANDBOX_PROVIDER=provider`, serving the callers file.
+    pub(crate) fn spawn_with(
+        bin: &Path,
+        callers: &Path,
+        state: &Path,
+        provider: &str,
+    ) -> anyhow::Result<Daemon> {
         let mut cmd = Command::new(bin);
         cmd.arg("--log-format").arg("json");
         // Only the variables set here configure the daemon.
@@ -159,7 +169,7 @@ impl Daemon {
                 cmd.env_remove(k.as_ref());
             }
         }
-        cmd.env("SANDBOX_PROVIDER", "process")
+        cmd.env("SANDBOX_PROVIDER", provider)
             .env("PLIMSOLL_ADDR", "127.0.0.1:0")
             .env("PLIMSOLL_METRICS_ADDR", "off")
             .env("PLIMSOLL_CLIENTS_FILE", callers)
@@ -245,7 +255,7 @@ impl Daemon {
     }
 
     /// A `kB` line of `/proc/<pid>/status`, in KiB.
-    fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
+    pub(crate) fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
         let path = format!("/proc/{}/status", self.child.id());
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         text.lines()
@@ -262,7 +272,7 @@ impl Daemon {
     }
 
     /// SIGTERM, then SIGKILL if it has not drained within 10 s.
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         use nix::sys::signal::{kill, Signal};
         use nix::unistd::Pid;
         if let Ok(pid) = i32::try_from(self.child.id()) {
@@ -398,7 +408,7 @@ async fn direct(p: &Pair, dir: &Path) -> anyhow::Result<Duration> {
 }
 
 /// One authenticated Run; the answer must pass the client check and exit 0.
-async fn through(
+pub(crate) async fn through(
     client: &mut SandboxServiceClient<Channel>,
     token: &str,
     req: &pb::RunRequest,
@@ -540,12 +550,12 @@ async fn measure(
     })
 }
 
-fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
 /// The `q` quantile (nearest rank on the sorted samples; the median averages the middle two).
-fn quantile(v: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(v: &[f64], q: f64) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     if (q - 0.5).abs() < f64::EPSILON && s.len().is_multiple_of(2) {
@@ -555,7 +565,7 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     s[i.min(s.len() - 1)]
 }
 
-fn verdict(ok: bool) -> &'static str {
+pub(crate) fn verdict(ok: bool) -> &'static str {
     if ok {
         "PASS"
     } else {

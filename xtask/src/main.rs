@@ -6,6 +6,7 @@ mod bench_agentsandbox;
 mod bench_docker;
 mod bench_grants;
 mod bench_process;
+mod bench_quickjs;
 mod bench_scan;
 mod bench_tls;
 mod dist;
@@ -17,6 +18,7 @@ tasks:
   bench sandboxd-tls   the TLS terminator against direct plaintext and stunnel4 (loopback)
   images               the Docker provider's sandbox image, without a registry (debootstrap)
   bench process        plimsolld (process provider) against spawning the same program directly
+  bench quickjs        plimsolld (quickjs provider) against `node -e` and the process provider
   bench docker         Docker provider run latency (warm pool, none) against `docker run`
   bench agentsandbox   claim-to-result latency through the fake Kubernetes API server, by phase
   bench scan           the ship scan on a generated 1 GiB image against a decompress-only baseline;
@@ -33,6 +35,10 @@ fn main() -> anyhow::Result<()> {
             Some("process") => {
                 let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
                 bench_process::run(&rest)
+            }
+            Some("quickjs") => {
+                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
+                bench_quickjs::run(&rest)
             }
             Some("docker") => bench_docker::run(&args[2..]),
             Some("agentsandbox") => {
