@@ -1,5 +1,5 @@
 //! plimsoll: the caller's CLI. Runs JavaScript or a project through a plimsolld (or, with
-//! no address, through an embedded daemon with the process provider), checks every answer's
+//! no address, through an embedded daemon: quickjs for snippets, process for projects), checks every answer's
 //! run record, manages the callers file, and recomputes record digests for auditors.
 //!
 //! It must never report an answer that failed the record check as a success, never call
@@ -96,8 +96,9 @@ enum RecordCommand {
 #[derive(Debug, Clone, Args)]
 pub struct Conn {
     /// Daemon address: http://host:port, https://host:port, or host:port (plain HTTP/2).
-    /// Without it (and without PLIMSOLL_ADDR) an embedded daemon with the process provider
-    /// is started for this one command.
+    /// Without it (and without PLIMSOLL_ADDR) an embedded daemon is started for this one
+    /// command: the quickjs provider for snippets (nothing to install), the process provider
+    /// for --project or with --provider process.
     #[arg(long, env = "PLIMSOLL_ADDR", value_name = "URL")]
     pub addr: Option<String>,
     /// File holding the bearer token (surrounding whitespace is ignored).
