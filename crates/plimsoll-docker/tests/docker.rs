@@ -273,12 +273,20 @@ async fn every_writable_mount_is_noexec_and_seccomp_filters_the_container() {
         assert!(!line.ends_with(" rc=0"), "a copied binary ran: {line}");
     }
     let seccomp = stdout(&r, 2);
-    assert!(seccomp.lines().any(|l| l == "Seccomp:\t2"), "{seccomp}");
-    let filters: u32 = seccomp
-        .lines()
-        .find_map(|l| l.strip_prefix("Seccomp_filters:"))
-        .map_or(0, |n| n.trim().parse().unwrap());
-    assert!(filters >= 1, "{seccomp}");
+    if gvisor() {
+        // The difference, stated: runsc does not apply the container's OCI seccomp profile
+        // (it would need `--oci-seccomp`, under which this runsc cannot start sandboxd's
+        // threads; docs/docker.md), so the code's view is mode 0. gVisor's own filter sits
+        // between its kernel and the host, where the code never calls directly.
+        assert!(seccomp.lines().any(|l| l == "Seccomp:\t0"), "{seccomp}");
+    } else {
+        assert!(seccomp.lines().any(|l| l == "Seccomp:\t2"), "{seccomp}");
+        let filters: u32 = seccomp
+            .lines()
+            .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+            .map_or(0, |n| n.trim().parse().unwrap());
+        assert!(filters >= 1, "{seccomp}");
+    }
     p.shutdown().await;
 }
 
