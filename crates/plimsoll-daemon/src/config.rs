@@ -465,7 +465,7 @@ impl Config {
             ));
         }
         let output_bytes: usize = parse_num(env, "SANDBOX_OUTPUT_BYTES", 1024 * 1024)?;
-        let resources = Resources {
+        let mut resources = Resources {
             memory_mb: parse_num(env, "SANDBOX_MEMORY_MB", 0)?,
             cpus: parse_num(env, "SANDBOX_CPUS", 0.0)?,
             pids: parse_num(env, "SANDBOX_PIDS", 0)?,
@@ -483,6 +483,10 @@ impl Config {
         .into_iter()
         .filter(|n| get(n).is_some())
         .collect::<Vec<_>>();
+        if provider == ProviderKind::QuickJs && resources.memory_mb == 0 {
+            // Describe states the heap limit the provider applies, not "provider default".
+            resources.memory_mb = plimsoll_quickjs::provider::DEFAULT_MEMORY_MB;
+        }
         if provider == ProviderKind::QuickJs {
             // One worker process, one engine heap: the other limits would be promises the
             // provider does not keep.

@@ -132,6 +132,11 @@ impl QuickJsProvider {
             // The engine's Date reads the zone from TZ, so the C library never opens
             // /etc/localtime (the filter would refuse it).
             .env("TZ", "UTC")
+            // The worker dies with plimsolld, even if plimsolld is killed.
+            .env(
+                crate::worker::PARENT_PID_VAR,
+                std::process::id().to_string(),
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -168,6 +173,7 @@ impl QuickJsProvider {
                 .await;
             buf
         };
+        let started = std::time::Instant::now();
         let work = async { tokio::join!(feed, read_out, read_err, child.wait()) };
         let (out, err, status) = match tokio::time::timeout(timeout + KILL_GRACE, work).await {
             Ok(((), out, err, status)) => (out, err, status),
@@ -175,16 +181,7 @@ impl QuickJsProvider {
                 // The engine did not come back to its interrupt check in time.
                 let _ = child.kill().await;
                 tracing::warn!(pid, "quickjs worker killed after its deadline");
-                return Ok(pb::JavaScriptResult {
-                    stderr: format!(
-                        "plimsoll: the snippet did not stop at its deadline ({} ms); the worker was killed\n",
-                        timeout.as_millis()
-                    )
-                    .into_bytes(),
-                    exit_code: 124,
-                    timed_out: true,
-                    ..Default::default()
-                });
+                return Ok(timed_out_answer(timeout));
             }
         };
         let status = status
@@ -203,6 +200,10 @@ impl QuickJsProvider {
         };
         let Some(a) = parsed else {
             use std::os::unix::process::ExitStatusExt;
+            if status.signal().is_some() && started.elapsed() >= timeout {
+                // Its CPU limit (just past the deadline) ended it: a deadline, not a crash.
+                return Ok(timed_out_answer(timeout));
+            }
             let how = match (status.code(), status.signal()) {
                 (_, Some(sig)) => format!("killed by signal {sig}"),
                 (Some(code), _) => format!("exit code {code}"),
@@ -232,6 +233,20 @@ impl QuickJsProvider {
             stderr_truncated: a.stderr_truncated,
             advice: Vec::new(),
         })
+    }
+}
+
+/// The answer for a worker that had to be ended from outside after its deadline.
+fn timed_out_answer(timeout: Duration) -> pb::JavaScriptResult {
+    pb::JavaScriptResult {
+        stderr: format!(
+            "plimsoll: the snippet did not stop at its deadline ({} ms); the worker was killed\n",
+            timeout.as_millis()
+        )
+        .into_bytes(),
+        exit_code: 124,
+        timed_out: true,
+        ..Default::default()
     }
 }
 

@@ -139,7 +139,10 @@ const PRELUDE: &str = r#"
     }
     return String(v);
   };
-  const line = (args) => Array.prototype.map.call(args, show).join(" ") + "\n";
+  // Lone surrogates cannot travel as UTF-8: they become U+FFFD, as TextEncoder does.
+  const wellFormed = (s) => typeof s.toWellFormed === "function" ? s.toWellFormed()
+    : s.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(^|[^\uD800-\uDBFF])[\uDC00-\uDFFF]/g, (m, p) => (p || "") + "\uFFFD");
+  const line = (args) => wellFormed(Array.prototype.map.call(args, show).join(" ")) + "\n";
   const out = function () { write(1, line(arguments)); };
   const err = function () { write(2, line(arguments)); };
   Object.defineProperty(globalThis, "console", {
@@ -153,7 +156,9 @@ delete globalThis.__plimsoll_write;
 /// Applies the process limits that hold for the rest of the worker's life.
 fn limit_resources(req: &Request) -> Result<(), String> {
     use nix::sys::resource::{setrlimit, Resource};
-    let cpu_seconds = req.timeout_ms.div_ceil(1000) + 1;
+    // Past the deadline and the provider's own kill (2 s later), so the provider, not the
+    // kernel, ends a worker that overran and can still report it as timed out.
+    let cpu_seconds = req.timeout_ms.div_ceil(1000) + 4;
     let address_space = req.memory_bytes.saturating_add(ADDRESS_SPACE_HEADROOM);
     for (what, resource, value) in [
         ("address space", Resource::RLIMIT_AS, address_space),
@@ -168,8 +173,30 @@ fn limit_resources(req: &Request) -> Result<(), String> {
     Ok(())
 }
 
+/// The variable naming the worker's parent (plimsolld), set by the provider.
+pub const PARENT_PID_VAR: &str = "PLIMSOLL_QUICKJS_PARENT_PID";
+
+/// Ties the worker's life to the process named by [`PARENT_PID_VAR`]: the kernel sends
+/// SIGKILL when it exits, and a parent already gone ends the worker here. Unset: nothing.
+fn die_with_parent() -> Result<(), String> {
+    let Ok(v) = std::env::var(PARENT_PID_VAR) else {
+        return Ok(());
+    };
+    let want: i32 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{PARENT_PID_VAR}={v:?} is not a process id"))?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("cannot ask for the parent-death signal: {e}"))?;
+    if nix::unistd::getppid().as_raw() != want {
+        return Err(format!("the parent (pid {want}) is gone; not running"));
+    }
+    Ok(())
+}
+
 /// Runs one request. `Err` only when the worker could not lock itself down (nothing ran).
 pub fn run(req: &Request) -> Result<Answer, String> {
+    die_with_parent()?;
     limit_resources(req)?;
     let rt = Runtime::new().map_err(|e| format!("cannot start QuickJS: {e}"))?;
     rt.set_memory_limit(usize::try_from(req.memory_bytes).unwrap_or(usize::MAX));
@@ -199,6 +226,22 @@ pub fn run(req: &Request) -> Result<Answer, String> {
     // Everything the engine needs is loaded: from here on the worker may only compute, write
     // to its pipes, allocate and exit.
     seccomp::lock_down()?;
+
+    // Rejections nobody handled by the end are reported, as node does (exit code 1).
+    let unhandled: Rc<RefCell<Vec<String>>> = Rc::new(RefCell::new(Vec::new()));
+    {
+        let list = unhandled.clone();
+        rt.set_host_promise_rejection_tracker(Some(Box::new(
+            move |_ctx, _promise, reason, is_handled| {
+                let mut l = list.borrow_mut();
+                if is_handled {
+                    l.pop();
+                } else {
+                    l.push(format_exception(&reason));
+                }
+            },
+        )));
+    }
 
     let interrupted = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + Duration::from_millis(req.timeout_ms);
@@ -237,6 +280,16 @@ pub fn run(req: &Request) -> Result<Answer, String> {
     // The closing note may go past the cap by one line, so it is never lost.
     let note =
         |o: &mut Output, text: String| o.stderr.push(&format!("plimsoll: {text}\n"), cap + 1024);
+    // A long built-in call can run past the deadline between two interrupt checks: the
+    // deadline holds at the end too.
+    if Instant::now() >= deadline {
+        interrupted.store(true, Ordering::Relaxed);
+    }
+    if failure.is_none() {
+        if let Some(reason) = unhandled.borrow().first() {
+            failure = Some(format!("(in promise) {reason}"));
+        }
+    }
     if interrupted.load(Ordering::Relaxed) {
         answer.timed_out = true;
         answer.exit_code = 124;
@@ -251,7 +304,9 @@ pub fn run(req: &Request) -> Result<Answer, String> {
         answer.exit_code = 1;
         let mut o = output.borrow_mut();
         o.stderr.push(&format!("Uncaught {f}\n"), cap);
-        if f.contains("out of memory") {
+        // QuickJS throws `null` when memory runs out while it is already out of memory.
+        let near_limit = rt.memory_usage().malloc_size as u64 * 10 >= req.memory_bytes * 9;
+        if f.contains("out of memory") || (f == "null" && near_limit) {
             note(
                 &mut o,
                 format!(
@@ -301,8 +356,19 @@ fn format_exception(v: &rquickjs::Value<'_>) -> String {
             return s;
         }
     }
-    match v.as_string().and_then(|s| s.to_string().ok()) {
-        Some(s) => s,
-        None => format!("{v:?}"),
+    if let Some(s) = v.as_string() {
+        return s
+            .to_string()
+            .unwrap_or_else(|_| "(a string that is not valid Unicode)".to_owned());
+    }
+    if let Some(sym) = v.as_symbol() {
+        let d: Option<String> = sym.description().ok().and_then(|d| d.get().ok());
+        return format!("Symbol({})", d.unwrap_or_default());
+    }
+    // Numbers, booleans, null, undefined and other objects: JavaScript's own String(v)
+    // (which may run the object's toString, still under the deadline).
+    match v.get::<rquickjs::Coerced<String>>() {
+        Ok(s) => s.0,
+        Err(_) => format!("(a thrown {})", v.type_name()),
     }
 }

@@ -267,3 +267,60 @@ async fn a_worker_killed_mid_run_is_an_error_that_may_have_run() {
         other => panic!("expected an unmarked failure, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_long_builtin_past_the_deadline_is_still_timed_out() {
+    // One built-in call runs long between two interrupt checks; whether the worker comes
+    // back by itself or is killed, the answer is a timeout, never an error or a success.
+    let r = js(
+        &provider(),
+        "console.log('a'.repeat(3e7).indexOf('a'.repeat(1e4) + 'b'))",
+        Duration::from_millis(300),
+    )
+    .await;
+    assert!(r.timed_out, "{}", text(&r.stderr));
+    assert_eq!(r.exit_code, 124);
+}
+
+#[tokio::test]
+async fn thrown_values_rejections_and_lone_surrogates_are_reported_plainly() {
+    let p = provider();
+    for (code, want) in [
+        ("throw 42", "Uncaught 42"),
+        ("throw null", "Uncaught null"),
+        ("throw Symbol('s')", "Uncaught Symbol(s)"),
+        ("throw {toString() { return 'custom' }}", "Uncaught custom"),
+        (
+            "Promise.reject(new Error('rej'))",
+            "Uncaught (in promise) Error: rej",
+        ),
+        (
+            "(async () => { await null; throw new Error('later') })()",
+            "Uncaught (in promise) Error: later",
+        ),
+    ] {
+        let r = js(&p, code, T).await;
+        assert_eq!(r.exit_code, 1, "{code}: {}", text(&r.stderr));
+        assert!(
+            text(&r.stderr).starts_with(want),
+            "{code}: {}",
+            text(&r.stderr)
+        );
+    }
+    // A rejection handled later is not reported.
+    let r = js(
+        &p,
+        "const q = Promise.reject(1); q.catch(() => console.log('caught'))",
+        T,
+    )
+    .await;
+    assert_eq!(
+        (r.exit_code, text(&r.stdout)),
+        (0, "caught\n".to_owned()),
+        "{}",
+        text(&r.stderr)
+    );
+    let r = js(&p, "console.log('a\\uD800b')", T).await;
+    assert_eq!(r.exit_code, 0, "{}", text(&r.stderr));
+    assert_eq!(text(&r.stdout), "a\u{FFFD}b\n");
+}
