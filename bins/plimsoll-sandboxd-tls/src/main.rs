@@ -7,7 +7,6 @@
 //! other than loopback, never forward a byte before a TLS 1.3 handshake with `h2`, and never
 //! log key material.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -62,31 +61,20 @@ fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(code)
 }
 
-fn log_format(args: &[String]) -> Option<&str> {
-    args.iter().enumerate().find_map(|(i, a)| {
+/// The `--log-format` among sandboxd's flags, which the terminator's own log follows too
+/// (an unknown value is left to sandboxd to refuse; the terminator then picks by terminal).
+fn log_format(args: &[String]) -> Option<plimsoll_log::LogFormat> {
+    let value = args.iter().enumerate().find_map(|(i, a)| {
         a.strip_prefix("--log-format=").or_else(|| {
             (a == "--log-format")
                 .then(|| args.get(i + 1).map(String::as_str))
                 .flatten()
         })
-    })
-}
-
-fn init_logging(format: Option<&str>) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let json = match format {
-        Some(f) => f == "json",
-        None => !std::io::stderr().is_terminal(),
-    };
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    if json {
-        b.json().init();
-    } else {
-        b.init();
+    })?;
+    match value {
+        "json" => Some(plimsoll_log::LogFormat::Json),
+        "text" => Some(plimsoll_log::LogFormat::Text),
+        _ => None,
     }
 }
 
@@ -106,7 +94,7 @@ fn main() -> ExitCode {
     if let Err(e) = check_sandboxd_flags(&args) {
         return fail(2, e);
     }
-    init_logging(log_format(&args));
+    plimsoll_log::init(log_format(&args));
     let cfg = match TerminatorConfig::from_env(|k| std::env::var(k).ok()) {
         Ok(c) => c,
         Err(e) => return fail(2, e),

@@ -5,7 +5,6 @@
 //! service lives in the `plimsoll-sandboxd` library. It must never start without a token
 //! unless `--insecure-no-token` says so, and never log a token.
 
-use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,8 +76,8 @@ struct Flags {
     #[arg(long, value_name = "UID:GID", value_parser = parse_run_as)]
     run_as: Option<RunAs>,
     /// Log format: `text` or `json` [default: text on a terminal, json otherwise].
-    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
-    log_format: Option<String>,
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    log_format: Option<plimsoll_log::LogFormat>,
 }
 
 /// The languages sandboxd can run; `--languages` accepts only these.
@@ -155,24 +154,6 @@ fn usage_error(flag: &str, msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn init_logging(format: Option<&str>) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let json = match format {
-        Some(f) => f == "json",
-        None => !std::io::stderr().is_terminal(),
-    };
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal());
-    if json {
-        b.json().init();
-    } else {
-        b.init();
-    }
-}
-
 /// The variable through which a supervisor (plimsoll-sandboxd-tls) names itself, so sandboxd
 /// dies with it even when the supervisor is killed with SIGKILL.
 const PARENT_PID_VAR: &str = "PLIMSOLL_SANDBOXD_PARENT_PID";
@@ -208,7 +189,7 @@ fn main() -> ExitCode {
         eprintln!("plimsoll-sandboxd: {e}");
         return ExitCode::from(1);
     }
-    init_logging(flags.log_format.as_deref());
+    plimsoll_log::init(flags.log_format);
 
     let auth = match (&flags.token_file, flags.insecure_no_token) {
         (Some(path), false) => match TokenFile::open(path) {

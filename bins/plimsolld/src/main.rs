@@ -70,13 +70,7 @@ async fn run() -> ExitCode {
         }
         Err(e) => {
             eprintln!("plimsolld: {e}");
-            let code = match e {
-                StartError::BelowFloor { .. }
-                | StartError::Hardened(_)
-                | StartError::Tls { .. } => 2,
-                _ => 1,
-            };
-            return ExitCode::from(code);
+            return ExitCode::from(e.exit_code());
         }
     };
     signals.recv().await;

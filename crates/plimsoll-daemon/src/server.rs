@@ -68,6 +68,21 @@ pub enum StartError {
     Stopped,
 }
 
+impl StartError {
+    /// plimsolld's exit code for this refusal (listed in `plimsolld --help`): 2 for what the
+    /// operator configured (a floor above the tier, hardened mode's missing safeguards, TLS
+    /// files), 1 for what failed at run time (the provider's checks, a listener, the ship
+    /// scan), 0 for a stop signal during startup. The match has no catch-all, so a new
+    /// variant must choose its code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::BelowFloor { .. } | StartError::Hardened(_) | StartError::Tls { .. } => 2,
+            StartError::Provider(_) | StartError::Bind { .. } | StartError::Withheld(_) => 1,
+            StartError::Stopped => 0,
+        }
+    }
+}
+
 /// Hardened mode: every safeguard that is missing, each with what to set.
 pub fn hardened_violations(cfg: &Config, tier: Option<Tier>) -> Vec<String> {
     let mut v = Vec::new();

@@ -31,7 +31,9 @@ pub fn init_at(format: Option<LogFormat>, default_level: &str) {
         .unwrap_or_else(|_| default_level.into());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only on a terminal, never in a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
