@@ -228,6 +228,12 @@ pub fn read_back(
     out.runtime_class = spec.runtime_class_name.clone();
     out.tier = tier_of_runtime_class(out.runtime_class.as_deref());
 
+    if spec.share_process_namespace == Some(true) {
+        out.drifts.push(drift(
+            DriftKind::HostNamespace,
+            "the pod sets shareProcessNamespace: true; the code would see every container's processes (and, as root, their /proc files); remove it",
+        ));
+    }
     for (flag, on) in [
         ("hostNetwork", spec.host_network),
         ("hostPID", spec.host_pid),
@@ -640,14 +646,27 @@ fn peer_drifts(
             )));
             continue;
         }
+        // Only labels name who is admitted: an expression such as `DoesNotExist` on a label
+        // nobody sets selects everything while looking narrow.
         if peer.namespace_selector.as_ref().is_some_and(is_empty) {
             out.push(bad(format!("peer {m} admits pods of every namespace")));
+        } else if peer
+            .namespace_selector
+            .as_ref()
+            .is_some_and(|n| !by_labels(n))
+        {
+            out.push(bad(format!(
+                "peer {m} picks namespaces by expressions only (matchExpressions can select every namespace); name plimsolld's namespace with matchLabels"
+            )));
         }
         match &peer.pod_selector {
             None => out.push(bad(format!(
                 "peer {m} admits every pod of the namespaces it selects"
             ))),
             Some(sel) if is_empty(sel) => out.push(bad(format!("peer {m} admits every pod"))),
+            Some(sel) if !by_labels(sel) => out.push(bad(format!(
+                "peer {m} picks pods by expressions only (matchExpressions can select every pod); name plimsolld's pods with matchLabels"
+            ))),
             Some(sel) if selects(sel, sandbox_labels) => out.push(bad(format!(
                 "peer {m} admits the sandbox pods themselves, so code in one sandbox could reach another's sandboxd"
             ))),
@@ -667,6 +686,11 @@ fn egress_drifts(source: &str, rules: &[NetworkPolicyEgressRule]) -> Vec<Drift> 
             )
         })
         .collect()
+}
+
+/// Whether a selector names at least one label with `matchLabels`.
+fn by_labels(sel: &LabelSelector) -> bool {
+    sel.match_labels.as_ref().is_some_and(|m| !m.is_empty())
 }
 
 fn is_empty(sel: &LabelSelector) -> bool {
@@ -963,6 +987,12 @@ mod tests {
                 Box::new(|t| t["spec"]["podTemplate"]["spec"]["hostNetwork"] = json!(true)),
             ),
             (
+                DriftKind::HostNamespace,
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["shareProcessNamespace"] = json!(true)
+                }),
+            ),
+            (
                 DriftKind::Privileged,
                 Box::new(|t| {
                     t["spec"]["podTemplate"]["spec"]["containers"][0]["securityContext"]
@@ -1076,6 +1106,19 @@ mod tests {
             (
                 "the sandbox pods",
                 with_from(json!([plimsolld(), {"podSelector": {"matchLabels": {"app": "sbx"}}}])),
+            ),
+            (
+                "namespaces by expression",
+                with_from(
+                    json!([{"namespaceSelector": {"matchExpressions": [{"key": "nobody-sets-this", "operator": "DoesNotExist"}]},
+                    "podSelector": {"matchLabels": {"app": "plimsolld"}}}]),
+                ),
+            ),
+            (
+                "pods by expression",
+                with_from(
+                    json!([{"podSelector": {"matchExpressions": [{"key": "app", "operator": "Exists"}]}}]),
+                ),
             ),
             ("egress allowed", {
                 let mut p = good_policy();
