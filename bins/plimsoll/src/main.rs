@@ -129,7 +129,7 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            eprintln!("plimsoll: {}", one_line(&e));
+            say(format_args!("plimsoll: {}", one_line(&e)));
             return ExitCode::from(fail::USAGE);
         }
     };
@@ -145,7 +145,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(Fail { code, message }) => {
-            eprintln!("plimsoll: {message}");
+            say(format_args!("plimsoll: {message}"));
             ExitCode::from(code)
         }
     }
@@ -157,4 +157,11 @@ fn block_on<F: std::future::Future<Output = Result<u8, Fail>>>(f: F) -> Result<u
         .build()
         .map_err(|e| Fail::connect(format!("cannot start the async runtime: {e}")))?;
     rt.block_on(f)
+}
+
+/// Writes one line to stderr, ignoring a closed stderr (`plimsoll … 2>&1 | head`): the exit
+/// code still tells what happened, where `eprintln!` would panic.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
