@@ -5,126 +5,34 @@
 //! Without an engine or the sandbox image (`cargo xtask images`) these tests skip with a
 //! message, unless `PLIMSOLL_REQUIRE_DOCKER=1` (CI), when they fail.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use bollard::Docker;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use plimsoll_core::pb;
 use plimsoll_docker::engine::{containers_labelled, remove, LABEL_INSTANCE};
 
 #[path = "../../../crates/plimsoll-docker/tests/support/mod.rs"]
+mod docker_support;
 mod support;
+use support::Plimsolld;
 
-/// A `plimsolld` process with its JSON log lines read on a thread of their own.
-struct Plimsolld {
-    child: Child,
-    lines: mpsc::Receiver<serde_json::Value>,
-    /// Every line read so far (for failure messages).
-    seen: Vec<serde_json::Value>,
-}
-
-impl Plimsolld {
-    fn spawn(state: &Path, vars: &[(&str, &str)]) -> Plimsolld {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_plimsolld"));
-        cmd.args(["--log-format", "json"])
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("RUST_LOG", "info")
-            .env("PLIMSOLL_ADDR", "127.0.0.1:0")
-            .env("PLIMSOLL_METRICS_ADDR", "off")
-            .env("PLIMSOLL_INSECURE", "1")
-            .env("PLIMSOLL_STATE_DIR", state)
-            .env("SANDBOX_PROVIDER", "docker")
-            .env("SANDBOX_DOCKER_IMAGE", support::IMAGE)
-            .env("SANDBOX_DOCKER_RUNTIME", support::runtime().as_str());
-        for (k, v) in vars {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { return };
-                let v = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| serde_json::json!({ "message": line }));
-                if tx.send(v).is_err() {
-                    return;
-                }
-            }
-        });
-        Plimsolld {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32)
-    }
-
-    /// The next log line whose message is `message`, or `None` once the process closed its
-    /// stderr (it exited) without one.
-    fn wait_message(&mut self, message: &str) -> Option<serde_json::Value> {
-        if let Some(v) = self.seen.iter().find(|v| v["message"] == message) {
-            return Some(v.clone());
-        }
-        while let Ok(v) = self.lines.recv() {
-            self.seen.push(v.clone());
-            if v["message"] == message {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    /// Log lines read so far without waiting, with whether one says `message`.
-    fn has_logged(&mut self, message: &str) -> bool {
-        while let Ok(v) = self.lines.try_recv() {
-            self.seen.push(v);
-        }
-        self.seen.iter().any(|v| v["message"] == message)
-    }
-
-    fn sigterm(&self) {
-        kill(self.pid(), Signal::SIGTERM).unwrap();
-    }
-
-    /// Waits for the process to exit, then reads the rest of its log.
-    fn wait(&mut self) -> ExitStatus {
-        let status = self.child.wait().unwrap();
-        while let Ok(v) = self.lines.recv() {
-            self.seen.push(v);
-        }
-        status
-    }
-
-    fn log(&self) -> String {
-        self.seen
-            .iter()
-            .map(|v| v.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for Plimsolld {
-    fn drop(&mut self) {
-        // Only a failed test gets here with the process alive.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// plimsolld on the docker provider (the image and runtime the engine gate chose), insecure,
+/// with its state in `state`.
+fn spawn(state: &Path, vars: &[(&str, &str)]) -> Plimsolld {
+    let runtime = docker_support::runtime();
+    let state_dir = state.to_str().unwrap();
+    let mut all = vec![
+        ("PLIMSOLL_INSECURE", "1"),
+        ("PLIMSOLL_STATE_DIR", state_dir),
+        ("SANDBOX_PROVIDER", "docker"),
+        ("SANDBOX_DOCKER_IMAGE", docker_support::IMAGE),
+        ("SANDBOX_DOCKER_RUNTIME", runtime.as_str()),
+    ];
+    all.extend_from_slice(vars);
+    Plimsolld::spawn(state, &all)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -136,7 +44,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// The engine with the sandbox image, or `None` (skip).
 fn engine(rt: &tokio::runtime::Runtime) -> Option<Docker> {
-    rt.block_on(support::engine())
+    rt.block_on(docker_support::engine())
 }
 
 fn labelled(rt: &tokio::runtime::Runtime, d: &Docker, instance: &str) -> Vec<String> {
@@ -201,7 +109,7 @@ fn sigterm_while_the_warm_pool_refills_leaves_no_container() {
     for round in 0..10 {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
-        let mut p = Plimsolld::spawn(&state, &[("SANDBOX_DOCKER_POOL", "2")]);
+        let mut p = spawn(&state, &[("SANDBOX_DOCKER_POOL", "2")]);
         let instance = instance_of(&mut p, &state);
         if p.wait_message("serving").is_none() {
             sweep(&rt, &d, &instance);
@@ -249,7 +157,7 @@ fn sigterm_during_the_startup_smoke_test_leaves_no_container() {
     for round in 0..3 {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
-        let mut p = Plimsolld::spawn(&state, &[("SANDBOX_DOCKER_POOL", "0")]);
+        let mut p = spawn(&state, &[("SANDBOX_DOCKER_POOL", "0")]);
         let instance = instance_of(&mut p, &state);
         loop {
             if !labelled(&rt, &d, &instance).is_empty() || p.has_logged("serving") {
@@ -299,7 +207,7 @@ fn sigterm_during_a_run_answers_it_and_leaves_no_container() {
     let Some(d) = engine(&rt) else { return };
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let mut p = Plimsolld::spawn(
+    let mut p = spawn(
         &state,
         &[
             ("SANDBOX_DOCKER_POOL", "1"),

@@ -88,6 +88,33 @@ impl Plimsolld {
         self.child.id()
     }
 
+    /// The next log line whose message is `message` (or one already read), or `None` once
+    /// the process closed its stderr (it exited) without one.
+    pub fn wait_message(&mut self, message: &str) -> Option<serde_json::Value> {
+        if let Some(v) = self.seen.iter().find(|v| v["message"] == message) {
+            return Some(v.clone());
+        }
+        while let Ok(v) = self.lines.recv() {
+            self.seen.push(v.clone());
+            if v["message"] == message {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Reads the lines logged so far without waiting; whether one says `message`.
+    pub fn has_logged(&mut self, message: &str) -> bool {
+        while let Ok(v) = self.lines.try_recv() {
+            self.seen.push(v);
+        }
+        self.seen.iter().any(|v| v["message"] == message)
+    }
+
+    pub fn sigterm(&self) {
+        kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
+    }
+
     /// Waits for the process to exit, then reads the rest of its stderr.
     pub fn wait(&mut self) -> ExitStatus {
         let status = self.child.wait().unwrap();
