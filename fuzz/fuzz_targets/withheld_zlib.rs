@@ -5,39 +5,11 @@
 
 #![no_main]
 
-use std::sync::OnceLock;
-
 use libfuzzer_sys::fuzz_target;
-use plimsoll_withheld::walk::{scan_file_bytes, FileScan};
-use plimsoll_withheld::{Entry, Limits, Mode, WithheldSet};
 
-fn set() -> &'static WithheldSet {
-    static SET: OnceLock<WithheldSet> = OnceLock::new();
-    SET.get_or_init(|| {
-        let mut s = WithheldSet::empty();
-        s.add(Entry::run("run", Mode::Refuse, b"fuzz-withheld-value-0123").unwrap())
-            .unwrap();
-        s.add(Entry::whole_file("file", Mode::Audit, &b"hello"[..]).unwrap())
-            .unwrap();
-        s
-    })
-}
-
-fn limits() -> Limits {
-    Limits {
-        max_member_decoded: 16 << 20,
-        max_total_decoded: 64 << 20,
-        ..Limits::default()
-    }
-}
-
-fn check(name: &str, scan: &FileScan) {
-    for (path, reason, _) in &scan.unreadable {
-        assert!(path.starts_with(name), "{path}");
-        assert!(reason.starts_with("format:") || reason.starts_with("limit:"), "{reason}");
-        assert!(!reason.starts_with("format:internal"), "untagged error: {reason}");
-    }
-}
+#[path = "common/withheld.rs"]
+mod withheld;
+use withheld::scan_and_check;
 
 fn zlib(b: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -57,6 +29,5 @@ fuzz_target!(|data: &[u8]| {
             [&rest[..cut], &zlib(&rest[cut..])[..]].concat()
         }
     };
-    let scan = scan_file_bytes("z", &bytes, set(), &limits());
-    check("z", &scan);
+    scan_and_check("z", &bytes);
 });
