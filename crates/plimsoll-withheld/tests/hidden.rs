@@ -169,20 +169,27 @@ fn a_withheld_file_in_a_git_repository_is_found_in_loose_objects_and_in_a_pack_w
     );
 }
 
-#[test]
-fn a_zip_after_a_header_is_opened_zipapp_and_self_extracting() {
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("src");
+/// A real `python3 -m zipapp` archive (compressed, with a shebang) of `__main__.py` and the
+/// withheld answers, written as `dir/out`.
+fn zipapp(dir: &std::path::Path, main_py: &str, out: &str) -> std::path::PathBuf {
+    let src = dir.join("src");
     std::fs::create_dir(&src).unwrap();
-    std::fs::write(src.join("__main__.py"), "print('hello from the pyz')\n").unwrap();
+    std::fs::write(src.join("__main__.py"), main_py).unwrap();
     std::fs::write(src.join("answers.txt"), answers()).unwrap();
-    let pyz = dir.path().join("app.pyz");
+    let pyz = dir.join(out);
     run(Command::new("python3")
         .args(["-m", "zipapp"])
         .arg(&src)
         .arg("-o")
         .arg(&pyz)
         .args(["-p", "/usr/bin/env python3", "-c"]));
+    pyz
+}
+
+#[test]
+fn a_zip_after_a_header_is_opened_zipapp_and_self_extracting() {
+    let dir = tempfile::tempdir().unwrap();
+    let pyz = zipapp(dir.path(), "print('hello from the pyz')\n", "app.pyz");
     let out = run(Command::new("python3").arg(&pyz));
     assert_eq!(out.trim(), "hello from the pyz");
     let pyz_bytes = std::fs::read(&pyz).unwrap();
@@ -196,7 +203,7 @@ fn a_zip_after_a_header_is_opened_zipapp_and_self_extracting() {
          with zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED) as z:\n\
          \x20   z.writestr('keys/answers.txt', open(sys.argv[2], 'rb').read())\n",
         zip.to_str().unwrap(),
-        src.join("answers.txt").to_str().unwrap(),
+        dir.path().join("src/answers.txt").to_str().unwrap(),
     ]));
     let mut sfx = std::fs::read("/bin/true").unwrap();
     sfx.extend_from_slice(&std::fs::read(&zip).unwrap());
@@ -593,17 +600,7 @@ fn mutated_git_packs_zipapps_and_pngs_give_reasons_never_a_panic() {
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "pack"))
         .unwrap();
-    let src = dir.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    std::fs::write(src.join("__main__.py"), "print(1)\n").unwrap();
-    std::fs::write(src.join("answers.txt"), answers()).unwrap();
-    let pyz = dir.path().join("a.pyz");
-    run(Command::new("python3")
-        .args(["-m", "zipapp"])
-        .arg(&src)
-        .arg("-o")
-        .arg(&pyz)
-        .args(["-p", "/usr/bin/env python3", "-c"]));
+    let pyz = zipapp(dir.path(), "print(1)\n", "a.pyz");
     let mut pixels: Vec<u8> = (0..20_000u32).map(|i| (i % 13) as u8).collect();
     pixels[5_000..5_000 + CANARY.len()].copy_from_slice(CANARY);
     let loose = zlib(&[&b"blob 1720\0"[..], &answers()].concat());
