@@ -8,6 +8,7 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use plimsoll_testkit::docker::engine_answers;
 use support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_plimsoll-withheld");
@@ -296,7 +297,7 @@ fn audit_only_unknown_unreadable_exits_1_until_listed_and_a_rebuild_needs_a_new_
 
 #[test]
 fn engine_images_refuse_list_and_rebuild() {
-    if !engine_available("engine_images_refuse_list_and_rebuild") {
+    if !engine_answers() {
         return;
     }
     // Refuse: a value in a file a later layer deletes.

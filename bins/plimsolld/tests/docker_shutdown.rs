@@ -16,8 +16,9 @@ use plimsoll_docker::engine::{containers_labelled, remove, LABEL_INSTANCE};
 
 #[path = "../../../crates/plimsoll-docker/tests/support/mod.rs"]
 mod docker_support;
-mod support;
-use support::Plimsolld;
+use plimsoll_testkit::plimsolld::Plimsolld;
+
+const BIN: &str = env!("CARGO_BIN_EXE_plimsolld");
 
 /// plimsolld on the docker provider (the image and runtime the engine gate chose), insecure,
 /// with its state in `state`.
@@ -32,7 +33,7 @@ fn spawn(state: &Path, vars: &[(&str, &str)]) -> Plimsolld {
         ("SANDBOX_DOCKER_RUNTIME", runtime.as_str()),
     ];
     all.extend_from_slice(vars);
-    Plimsolld::spawn(state, &all)
+    Plimsolld::spawn(BIN, state, &all)
 }
 
 fn runtime() -> tokio::runtime::Runtime {

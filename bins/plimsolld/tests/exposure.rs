@@ -9,8 +9,9 @@ use std::process::{Child, Command, Stdio};
 use plimsoll_client::{Client, ClientOptions};
 use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
 
-mod support;
-use support::Plimsolld;
+use plimsoll_testkit::plimsolld::Plimsolld;
+
+const BIN: &str = env!("CARGO_BIN_EXE_plimsolld");
 
 /// Lines `p` logged so far at WARN that mention `needle`.
 fn warnings_with(p: &Plimsolld, needle: &str) -> Vec<String> {
@@ -43,6 +44,7 @@ fn bearer_tokens_over_plaintext_on_a_network_address_warn_and_hardened_mode_refu
     // Every interface, no TLS, tokens from a callers file: it serves, after a warning that
     // names the variable and what to do.
     let mut p = Plimsolld::spawn(
+        BIN,
         dir.path(),
         &[
             ("PLIMSOLL_CLIENTS_FILE", &callers),
@@ -68,6 +70,7 @@ fn bearer_tokens_over_plaintext_on_a_network_address_warn_and_hardened_mode_refu
 
     // Loopback: no warning.
     let mut p = Plimsolld::spawn(
+        BIN,
         dir.path(),
         &[
             ("PLIMSOLL_CLIENTS_FILE", &callers),
@@ -85,6 +88,7 @@ fn bearer_tokens_over_plaintext_on_a_network_address_warn_and_hardened_mode_refu
     // Hardened mode refuses to start (exit 2, nothing served), listing the plaintext
     // listener among the missing safeguards.
     let mut p = Plimsolld::spawn(
+        BIN,
         dir.path(),
         &[
             ("PLIMSOLL_CLIENTS_FILE", &callers),
@@ -227,6 +231,7 @@ fn a_process_tier_run_cannot_read_plimsollds_environment_or_memory() {
             .unwrap(),
     );
     let mut p = Plimsolld::spawn_as(
+        BIN,
         dir.path(),
         &[
             ("PLIMSOLL_CLIENTS_FILE", &callers),

@@ -17,8 +17,9 @@ use plimsoll_client::{Client, ClientError, ClientOptions};
 use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
 use plimsoll_core::Reason;
 
-mod support;
-use support::Plimsolld;
+use plimsoll_testkit::plimsolld::Plimsolld;
+
+const BIN: &str = env!("CARGO_BIN_EXE_plimsolld");
 
 const KEY: &str = "sk-live-9d41c07e2b8a5f36";
 const TRUST: &str = "PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS";
@@ -83,7 +84,7 @@ fn files(dir: &Path, ids: &[&str], upstream: &str, profile: &str) -> Vec<String>
 fn spawn(dir: &Path, vars: &[(&str, &str)]) -> Plimsolld {
     let mut all = vec![("API_KEY", KEY)];
     all.extend_from_slice(vars);
-    Plimsolld::spawn(dir, &all)
+    Plimsolld::spawn(BIN, dir, &all)
 }
 
 fn path(dir: &Path, name: &str) -> String {

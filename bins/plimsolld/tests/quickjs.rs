@@ -2,12 +2,12 @@
 //! worker, states tier `process` and its engine in `Describe`, answers with a record the
 //! client check accepts, and refuses projects marked `unsupported`.
 
-mod support;
-
 use plimsoll_client::{Client, ClientError, ClientOptions};
 use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
 use plimsoll_core::Reason;
-use support::Plimsolld;
+use plimsoll_testkit::plimsolld::Plimsolld;
+
+const BIN: &str = env!("CARGO_BIN_EXE_plimsolld");
 
 fn request(payload: Payload) -> pb::RunRequest {
     pb::RunRequest {
@@ -22,6 +22,7 @@ fn request(payload: Payload) -> pb::RunRequest {
 fn plimsolld_serves_snippets_from_its_own_quickjs_worker() {
     let dir = tempfile::tempdir().unwrap();
     let mut d = Plimsolld::spawn(
+        BIN,
         dir.path(),
         &[
             ("SANDBOX_PROVIDER", "quickjs"),

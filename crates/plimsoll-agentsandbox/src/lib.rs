@@ -12,8 +12,6 @@
 
 pub mod config;
 pub mod crd;
-#[cfg(feature = "fake-cluster")]
-pub mod fake;
 pub mod provider;
 pub mod readback;
 

@@ -3,18 +3,23 @@
 //! in results and in records; a pod that fails the handshake is a marked refusal on the
 //! wire; hardened mode needs the encrypted-pod-network statement.
 
-use plimsoll_agentsandbox::fake::{self, FakeCluster, FakeClusterOptions, Pki, PodMode};
 use plimsoll_core::check::check_answer;
-use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
-use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
+use plimsoll_core::pb;
+use plimsoll_core::pb::run_response::Result as R;
 use plimsoll_core::{not_dispatched_reason, Reason};
-use plimsoll_daemon::env::MapEnv;
 use plimsoll_daemon::{start, Config};
+use plimsoll_testkit::daemon::{authed, client, config_from, js_request, Setup as Callers};
+use plimsoll_testkit::fake_cluster::{self as fake, FakeCluster, FakeClusterOptions, Pki, PodMode};
 
 struct Setup {
     cluster: FakeCluster,
-    token: String,
-    _dir: tempfile::TempDir,
+    callers: Callers,
+}
+
+impl Setup {
+    fn token(&self) -> &str {
+        self.callers.token(0)
+    }
 }
 
 async fn setup() -> Setup {
@@ -23,14 +28,9 @@ async fn setup() -> Setup {
     ))
     .await
     .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut file = plimsoll_callers::CallersFile::default();
-    let token = file.add("tester", &[]).unwrap();
-    file.save(&dir.path().join("callers.json")).unwrap();
     Setup {
         cluster,
-        token,
-        _dir: dir,
+        callers: Callers::tester(),
     }
 }
 
@@ -38,22 +38,10 @@ fn config(
     s: &Setup,
     extra: &[(&str, &str)],
 ) -> Result<Config, plimsoll_daemon::config::ConfigError> {
-    let callers = s._dir.path().join("callers.json");
-    let state = s._dir.path().join("state");
-    let mut pairs: Vec<(String, String)> = vec![
-        ("PLIMSOLL_ADDR".into(), "127.0.0.1:0".into()),
-        ("PLIMSOLL_METRICS_ADDR".into(), "off".into()),
-        (
-            "PLIMSOLL_CLIENTS_FILE".into(),
-            callers.display().to_string(),
-        ),
-        ("PLIMSOLL_STATE_DIR".into(), state.display().to_string()),
-    ];
+    let mut pairs = s.callers.pairs(&[]);
     pairs.extend(s.cluster.env_pairs());
     pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let mut cfg = Config::from_env(&MapEnv::from_pairs(
-        pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-    ))?;
+    let mut cfg = config_from(&pairs)?;
     // Test hook: the fake pods listen on another port than 9090.
     cfg.agentsandbox
         .as_mut()
@@ -62,34 +50,17 @@ fn config(
     Ok(cfg)
 }
 
-fn authed<T>(msg: T, token: &str) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
-}
-
 fn js(code: &str) -> pb::RunRequest {
-    pb::RunRequest {
-        protocol: 5,
-        timeout_ms: 20_000,
-        payload: Some(Payload::Javascript(pb::JavaScriptRun {
-            code: code.into(),
-            grant_profile: String::new(),
-        })),
-        ..Default::default()
-    }
+    js_request(code, "", 20_000)
 }
 
 #[tokio::test]
 async fn plimsolld_states_the_read_back_tier_in_describe_results_and_records() {
     let s = setup().await;
     let daemon = start(config(&s, &[]).unwrap()).await.unwrap();
-    let mut c = SandboxServiceClient::connect(format!("http://{}", daemon.rpc_addr()))
-        .await
-        .unwrap();
+    let mut c = client(&daemon).await;
     let d = c
-        .describe(authed(pb::DescribeRequest {}, &s.token))
+        .describe(authed(pb::DescribeRequest {}, s.token()))
         .await
         .unwrap()
         .into_inner();
@@ -99,7 +70,7 @@ async fn plimsolld_states_the_read_back_tier_in_describe_results_and_records() {
 
     let req = js("console.log(6*7)");
     let resp = c
-        .run(authed(req.clone(), &s.token))
+        .run(authed(req.clone(), s.token()))
         .await
         .unwrap()
         .into_inner();
@@ -118,7 +89,7 @@ async fn plimsolld_states_the_read_back_tier_in_describe_results_and_records() {
     s.cluster.set_mode(PodMode::ServeCert(Pki::generate(
         plimsoll_tls::DEFAULT_SERVER_NAME,
     )));
-    let err = c.run(authed(js("1"), &s.token)).await.unwrap_err();
+    let err = c.run(authed(js("1"), s.token())).await.unwrap_err();
     assert_eq!(
         not_dispatched_reason(&err),
         Some(Reason::Environment),

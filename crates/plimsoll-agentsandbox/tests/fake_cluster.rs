@@ -9,11 +9,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use plimsoll_agentsandbox::fake::{self, FakeCluster, FakeClusterOptions, Pki, PodMode};
 use plimsoll_agentsandbox::{AgentSandboxConfig, AgentSandboxProvider};
 use plimsoll_core::pb;
 use plimsoll_core::{Reason, Tier};
 use plimsoll_provider::{Answer, Provider, ProviderError, Work};
+use plimsoll_testkit::fake_cluster::{self as fake, FakeCluster, FakeClusterOptions, Pki, PodMode};
 use serde_json::json;
 
 fn bins() -> PathBuf {

@@ -5,11 +5,11 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use plimsoll_agentsandbox::fake::{self, FakeCluster, FakeClusterOptions};
 use plimsoll_agentsandbox::readback::{self, SECRET_MODE};
 use plimsoll_agentsandbox::AgentSandboxProvider;
 use plimsoll_core::Tier;
 use plimsoll_provider::Provider;
+use plimsoll_testkit::fake_cluster::{self as fake, FakeCluster, FakeClusterOptions};
 use serde_json::Value;
 
 fn k8s_dir() -> PathBuf {

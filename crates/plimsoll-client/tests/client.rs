@@ -12,6 +12,7 @@ use plimsoll_client::{pb, Client, ClientError, ClientOptions};
 use plimsoll_core::check::CheckError;
 use plimsoll_core::digest::stamp;
 use plimsoll_core::{Reason, Refusal};
+use plimsoll_testkit::ca::{Ca, Leaf};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tonic::{Request, Response, Status};
@@ -301,41 +302,19 @@ impl AsyncWrite for TlsIo {
 
 struct Pki {
     ca_pem: String,
-    cert_der: rustls_pki_types::CertificateDer<'static>,
-    key_der: Vec<u8>,
+    leaf: Leaf,
 }
 
 fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca, &ca_key)
-        .unwrap();
+    let ca = Ca::unique("client test CA");
     Pki {
         ca_pem: ca.pem(),
-        cert_der: leaf.der().clone(),
-        key_der: leaf_key.serialize_der(),
+        leaf: ca.leaf(&["127.0.0.1"]),
     }
 }
 
 async fn serve_tls(p: &Pki) -> String {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![p.cert_der.clone()],
-            rustls_pki_types::PrivateKeyDer::Pkcs8(p.key_der.clone().into()),
-        )
-        .unwrap();
-    cfg.alpn_protocols = vec![b"h2".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+    let acceptor = tokio_rustls::TlsAcceptor::from(p.leaf.server_config(&[b"h2"]));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel::<io::Result<TlsIo>>(4);

@@ -8,64 +8,35 @@ use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
 use plimsoll_core::{check::check_answer, not_dispatched_reason, Reason};
 use plimsoll_daemon::env::MapEnv;
 use plimsoll_daemon::{start, Config, RunningDaemon};
+use plimsoll_testkit::daemon::{authed, js_request, Setup};
 use tonic::transport::Channel;
 
 struct Fixture {
     daemon: RunningDaemon,
     token: String,
     unscoped: String,
-    _dir: tempfile::TempDir,
+    _dir: Setup,
 }
 
 async fn daemon_with(extra: &[(&str, &str)]) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let callers = dir.path().join("callers.json");
-    let mut file = plimsoll_callers::CallersFile::default();
-    let token = file.add("tester", &[]).unwrap();
-    let unscoped = file.add("no-scope", &["other:scope".to_owned()]).unwrap();
-    file.save(&callers).unwrap();
-    let state = dir.path().join("state");
-    let mut pairs = vec![
-        ("PLIMSOLL_ADDR", "127.0.0.1:0"),
-        ("PLIMSOLL_METRICS_ADDR", "127.0.0.1:0"),
-        ("PLIMSOLL_CLIENTS_FILE", callers.to_str().unwrap()),
-        ("PLIMSOLL_STATE_DIR", state.to_str().unwrap()),
-        ("SANDBOX_PROVIDER", "process"),
-    ];
+    let dir = Setup::new(&[("tester", &[]), ("no-scope", &["other:scope"])]);
+    let mut pairs = vec![("PLIMSOLL_METRICS_ADDR", "127.0.0.1:0")];
     pairs.extend_from_slice(extra);
-    let cfg = Config::from_env(&MapEnv::from_pairs(pairs)).unwrap();
-    let daemon = start(cfg).await.unwrap();
+    let daemon = dir.start(&pairs).await;
     Fixture {
         daemon,
-        token,
-        unscoped,
+        token: dir.token(0).to_owned(),
+        unscoped: dir.token(1).to_owned(),
         _dir: dir,
     }
 }
 
 async fn client(f: &Fixture) -> SandboxServiceClient<Channel> {
-    SandboxServiceClient::connect(format!("http://{}", f.daemon.rpc_addr()))
-        .await
-        .unwrap()
-}
-
-fn authed<T>(msg: T, token: &str) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
+    plimsoll_testkit::daemon::client(&f.daemon).await
 }
 
 fn js(code: &str) -> pb::RunRequest {
-    pb::RunRequest {
-        protocol: 5,
-        timeout_ms: 20_000,
-        payload: Some(Payload::Javascript(pb::JavaScriptRun {
-            code: code.into(),
-            grant_profile: String::new(),
-        })),
-        ..Default::default()
-    }
+    js_request(code, "", 20_000)
 }
 
 #[tokio::test]

@@ -2,19 +2,15 @@
 //! in-process plimsolld, calling a real local HTTP upstream (an in-test hyper server that
 //! records what arrives) through the broker's relay.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
 use plimsoll_core::pb::{self, run_request::Payload, run_response::Result as R};
 use plimsoll_core::{check::check_answer, not_dispatched_reason, Reason};
-use plimsoll_daemon::env::MapEnv;
-use plimsoll_daemon::{start, Config, RunningDaemon};
+use plimsoll_daemon::RunningDaemon;
+use plimsoll_testkit::daemon::{authed, js_request, Setup};
+use plimsoll_testkit::upstream::{Log, Reply, Upstream};
 use prost::Message;
 use tonic::transport::Channel;
 
@@ -49,59 +45,10 @@ fn log_text() -> String {
     String::from_utf8_lossy(&logs().lock().unwrap()).into_owned()
 }
 
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    target: String,
-    headers: BTreeMap<String, String>,
-}
-
-type Log = Arc<Mutex<Vec<Seen>>>;
-
 /// A local HTTP upstream that records each request and answers `{"ok":true,...}` (201).
-async fn upstream() -> (SocketAddr, Log) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let log: Log = Default::default();
-    let log2 = log.clone();
-    tokio::spawn(async move {
-        loop {
-            let (s, _) = l.accept().await.unwrap();
-            let log = log2.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let log = log.clone();
-                        async move {
-                            let seen = Seen {
-                                method: req.method().to_string(),
-                                target: req.uri().to_string(),
-                                headers: req
-                                    .headers()
-                                    .iter()
-                                    .map(|(k, v)| {
-                                        (k.to_string(), v.to_str().unwrap_or("").to_owned())
-                                    })
-                                    .collect(),
-                            };
-                            let body = req.into_body().collect().await.unwrap().to_bytes();
-                            log.lock().unwrap().push(seen);
-                            let reply = format!(r#"{{"ok":true,"got":{}}}"#, body.len());
-                            let mut r = hyper::Response::new(Full::new(Bytes::from(reply)));
-                            *r.status_mut() = hyper::StatusCode::CREATED;
-                            r.headers_mut()
-                                .insert("content-type", "application/json".parse().unwrap());
-                            Ok::<_, std::convert::Infallible>(r)
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(s), svc)
-                    .await;
-            });
-        }
-    });
-    (addr, log)
+async fn upstream() -> Upstream {
+    Upstream::plain(|seen| Reply::json(201, format!(r#"{{"ok":true,"got":{}}}"#, seen.body.len())))
+        .await
 }
 
 const KEY: &str = "sk-live-3c8e1f0a9b7d45e2";
@@ -110,77 +57,49 @@ struct Fixture {
     daemon: RunningDaemon,
     token: String,
     log: Log,
-    _dir: tempfile::TempDir,
+    _dir: Setup,
 }
 
 /// A daemon whose grants file holds `profiles` (a JSON object; `UPSTREAM` is replaced by the
 /// upstream's address). The credential is in the daemon's environment as `API_KEY`.
 async fn daemon(profiles: &str) -> Fixture {
     logs();
-    let (addr, log) = upstream().await;
-    let dir = tempfile::tempdir().unwrap();
-    let callers = dir.path().join("callers.json");
-    let mut file = plimsoll_callers::CallersFile::default();
-    let token = file.add("tester", &[]).unwrap();
-    file.add("other", &[]).unwrap();
-    file.save(&callers).unwrap();
+    let up = upstream().await;
+    // "other" exists to be the caller a profile is granted to instead of "tester".
+    let dir = Setup::new(&[("tester", &[]), ("other", &[])]);
     let grants = dir.path().join("grants.json");
     std::fs::write(
         &grants,
         format!(
             r#"{{"version":1,"profiles":{}}}"#,
-            profiles.replace("UPSTREAM", &addr.to_string())
+            profiles.replace("UPSTREAM", &up.addr.to_string())
         ),
     )
     .unwrap();
     std::fs::write(dir.path().join("key.txt"), format!("{KEY}\n")).unwrap();
-    let state = dir.path().join("state");
-    let cfg = Config::from_env(&MapEnv::from_pairs([
-        ("PLIMSOLL_ADDR", "127.0.0.1:0"),
-        ("PLIMSOLL_METRICS_ADDR", "off"),
-        ("PLIMSOLL_CLIENTS_FILE", callers.to_str().unwrap()),
-        ("PLIMSOLL_STATE_DIR", state.to_str().unwrap()),
-        ("PLIMSOLL_GRANTS_FILE", grants.to_str().unwrap()),
-        ("SANDBOX_PROVIDER", "process"),
-        // Two callers and grants on the process tier need the operator's statement that every
-        // caller is trusted (bins/plimsolld/tests/process_grants.rs); "other" exists to be
-        // the caller a profile is granted to instead of "tester".
-        ("PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS", "1"),
-        ("API_KEY", KEY),
-    ]))
-    .unwrap();
-    let daemon = start(cfg).await.unwrap();
+    let daemon = dir
+        .start(&[
+            ("PLIMSOLL_GRANTS_FILE", grants.to_str().unwrap()),
+            // Two callers and grants on the process tier need the operator's statement that
+            // every caller is trusted (bins/plimsolld/tests/process_grants.rs).
+            ("PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS", "1"),
+            ("API_KEY", KEY),
+        ])
+        .await;
     Fixture {
         daemon,
-        token,
-        log,
+        token: dir.token(0).to_owned(),
+        log: up.log,
         _dir: dir,
     }
 }
 
 async fn client(f: &Fixture) -> SandboxServiceClient<Channel> {
-    SandboxServiceClient::connect(format!("http://{}", f.daemon.rpc_addr()))
-        .await
-        .unwrap()
-}
-
-fn authed<T>(msg: T, token: &str) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
+    plimsoll_testkit::daemon::client(&f.daemon).await
 }
 
 fn js(code: &str, profile: &str) -> pb::RunRequest {
-    pb::RunRequest {
-        protocol: 5,
-        timeout_ms: 30_000,
-        payload: Some(Payload::Javascript(pb::JavaScriptRun {
-            code: code.into(),
-            grant_profile: profile.into(),
-        })),
-        ..Default::default()
-    }
+    js_request(code, profile, 30_000)
 }
 
 async fn run_js(f: &Fixture, code: &str, profile: &str) -> (pb::RunResponse, String) {

@@ -679,11 +679,8 @@ async fn runsc_is_refused_unless_the_engine_has_it_and_gvisor_is_proven() {
         .unwrap_or_default()
         .contains_key("runsc");
     if !listed {
-        assert!(
-            !support::required(),
-            "PLIMSOLL_REQUIRE_DOCKER=1 but the engine does not list runsc; run .ci/register-runsc"
-        );
-        eprintln!("skipping the runsc half: the engine does not list runsc (.ci/register-runsc)");
+        let why = "the engine does not list runsc (the runsc half); run .ci/register-runsc";
+        plimsoll_testkit::docker::gate::<()>(Err(why.to_owned()));
         return;
     }
     // The registered runsc: gVisor proven from inside, tier `kernel`, the runtime named in
@@ -726,13 +723,10 @@ fn register_runtime(name: &str, args: &[&str], runsc: Option<&str>) -> Option<()
     if out.status.success() {
         return Some(());
     }
-    let why = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        !support::required(),
-        "PLIMSOLL_REQUIRE_DOCKER=1 but .ci/register-runsc {name} failed: {why}"
-    );
-    eprintln!("skipping: cannot register runtime {name}: {why}");
-    None
+    let why = String::from_utf8_lossy(&out.stderr);
+    plimsoll_testkit::docker::gate(Err(format!(
+        ".ci/register-runsc {name} failed (cannot register runtime {name}): {why}"
+    )))
 }
 
 #[tokio::test]

@@ -5,75 +5,21 @@
 //! Without an engine or the image this skips with a message, unless
 //! `PLIMSOLL_REQUIRE_DOCKER=1` (CI), when it fails.
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use plimsoll_core::pb;
 use plimsoll_docker::{DockerConfig, DockerProvider};
 use plimsoll_provider::{Answer, Provider, Work};
+use plimsoll_testkit::upstream::{Reply, Upstream};
 
 mod support;
 use support::IMAGE;
 const KEY: &str = "sk-live-9d2c4b7e1a0f3865";
 
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    target: String,
-    headers: BTreeMap<String, String>,
-}
-
-type Log = Arc<Mutex<Vec<Seen>>>;
-
 /// A loopback HTTP upstream that records each request and answers `{"ok":true}` (200).
-async fn upstream() -> (SocketAddr, Log) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let log: Log = Default::default();
-    let log2 = log.clone();
-    tokio::spawn(async move {
-        loop {
-            let (s, _) = l.accept().await.unwrap();
-            let log = log2.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let log = log.clone();
-                        async move {
-                            let seen = Seen {
-                                method: req.method().to_string(),
-                                target: req.uri().to_string(),
-                                headers: req
-                                    .headers()
-                                    .iter()
-                                    .map(|(k, v)| {
-                                        (k.to_string(), v.to_str().unwrap_or("").to_owned())
-                                    })
-                                    .collect(),
-                            };
-                            let _ = req.into_body().collect().await;
-                            log.lock().unwrap().push(seen);
-                            let mut r = hyper::Response::new(Full::new(Bytes::from_static(
-                                br#"{"ok":true,"item":"answer-from-upstream"}"#,
-                            )));
-                            r.headers_mut()
-                                .insert("content-type", "application/json".parse().unwrap());
-                            Ok::<_, std::convert::Infallible>(r)
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(s), svc)
-                    .await;
-            });
-        }
-    });
-    (addr, log)
+async fn upstream() -> Upstream {
+    Upstream::plain(|_| Reply::json(200, &br#"{"ok":true,"item":"answer-from-upstream"}"#[..]))
+        .await
 }
 
 const CODE: &str = r#"
@@ -91,7 +37,7 @@ async fn a_container_calls_a_granted_route_through_its_unix_socket_and_never_see
     if support::engine().await.is_none() {
         return;
     }
-    let (addr, log) = upstream().await;
+    let Upstream { addr, log } = upstream().await;
     let dir = tempfile::tempdir().unwrap();
     let grants = plimsoll_grants::Grants::from_bytes(
         format!(

@@ -8,7 +8,7 @@
 //! `PLIMSOLL_REQUIRE_DOCKER=1` (CI), when they fail.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +18,7 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use plimsoll_core::pb;
+use plimsoll_testkit::net::free_addr;
 use plimsoll_withheld::{Entry, KnownImages, Mode, WithheldSet};
 
 mod support;
@@ -251,14 +252,6 @@ fn set(mode: Mode) -> WithheldSet {
     s
 }
 
-/// A loopback port nothing listens on (bound, then released).
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 fn config(
     state: &Path,
     image: &str,
@@ -379,7 +372,7 @@ async fn the_startup_scan_refuses_withheld_and_unknown_unreadable_files_and_logs
     // 1. Refuse mode: startup stops before anything serves; the message names the image ID,
     //    each entry, the layer and the path, and the encrypted zip; never the bytes. The
     //    daemon is given the tag: what it scans is the ID the provider resolved.
-    let m = refused(config(&state, &img.tag, free_port(), &refuse_set, None)).await;
+    let m = refused(config(&state, &img.tag, free_addr(), &refuse_set, None)).await;
     for want in [
         img.id.as_str(),
         "answer-key",
@@ -397,7 +390,7 @@ async fn the_startup_scan_refuses_withheld_and_unknown_unreadable_files_and_logs
     assert_eq!(containers_of(&d, &img.id).await, Vec::<String>::new());
 
     // 2. Audit mode, no known list: the encrypted zip alone still stops startup.
-    let m = refused(config(&state, &img.id, free_port(), &audit_set, None)).await;
+    let m = refused(config(&state, &img.id, free_addr(), &audit_set, None)).await;
     assert!(m.contains("unknown-unreadable"), "{m}");
     assert!(m.contains("locked.zip") && m.contains(&img.id), "{m}");
     assert!(
@@ -433,7 +426,7 @@ async fn the_startup_scan_refuses_withheld_and_unknown_unreadable_files_and_logs
     let m = refused(config(
         &state,
         &img.id,
-        free_port(),
+        free_addr(),
         &audit_set,
         Some(&other_known),
     ))
@@ -451,7 +444,7 @@ async fn the_startup_scan_refuses_withheld_and_unknown_unreadable_files_and_logs
     let daemon = plimsoll_daemon::start(config(
         &state,
         &img.id,
-        free_port(),
+        free_addr(),
         &audit_set,
         Some(&known),
     ))
@@ -492,7 +485,7 @@ async fn the_startup_scan_refuses_withheld_and_unknown_unreadable_files_and_logs
     let m = refused(config(
         &state,
         &img.id,
-        free_port(),
+        free_addr(),
         &refuse_set,
         Some(&known),
     ))
@@ -512,7 +505,7 @@ async fn a_clean_image_starts_with_a_set() {
     let daemon = plimsoll_daemon::start(config(
         &dir.path().join("state"),
         BASE,
-        free_port(),
+        free_addr(),
         &set_path,
         None,
     ))

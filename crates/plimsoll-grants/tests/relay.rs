@@ -7,123 +7,32 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use plimsoll_grants::{Endpoint, Grants, Outcome};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use plimsoll_testkit::ca::Ca;
+use plimsoll_testkit::upstream::{self, Log, Seen, Upstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    target: String,
-    headers: BTreeMap<String, String>,
-    body: Vec<u8>,
-}
-
-type Log = Arc<Mutex<Vec<Seen>>>;
-
-async fn answer(
-    req: hyper::Request<hyper::body::Incoming>,
-    log: Log,
-) -> hyper::Response<Full<Bytes>> {
-    let method = req.method().to_string();
-    let target = req
-        .uri()
-        .path_and_query()
-        .map(|p| p.to_string())
-        .unwrap_or_default();
-    let headers = req
-        .headers()
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
-        .collect();
-    let body = req.into_body().collect().await.unwrap().to_bytes().to_vec();
-    log.lock().unwrap().push(Seen {
-        method,
-        target: target.clone(),
-        headers,
-        body,
-    });
-    let (status, body) = if target.starts_with("/big") {
-        (200, vec![b'x'; 100_000])
+fn answer(seen: &Seen) -> upstream::Reply {
+    let reply = if seen.target.starts_with("/big") {
+        upstream::Reply::json(200, vec![b'x'; 100_000])
     } else {
-        (201, br#"{"ok":true}"#.to_vec())
+        upstream::Reply::json(201, &br#"{"ok":true}"#[..])
     };
-    let mut r = hyper::Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-    r.headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
-    r.headers_mut()
-        .insert("set-cookie", "session=upstream".parse().unwrap());
-    r
-}
-
-async fn serve_conn<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(s: S, log: Log) {
-    let svc = hyper::service::service_fn(move |req| {
-        let log = log.clone();
-        async move { Ok::<_, std::convert::Infallible>(answer(req, log).await) }
-    });
-    let _ = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(s), svc)
-        .await;
+    reply.with_header("set-cookie", "session=upstream")
 }
 
 /// A plain HTTP upstream on loopback that records what arrives.
 async fn upstream() -> (SocketAddr, Log) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let log: Log = Default::default();
-    let log2 = log.clone();
-    tokio::spawn(async move {
-        loop {
-            let (s, _) = l.accept().await.unwrap();
-            tokio::spawn(serve_conn(s, log2.clone()));
-        }
-    });
-    (addr, log)
+    let up = Upstream::plain(answer).await;
+    (up.addr, up.log)
 }
 
 /// A TLS upstream with a certificate for 127.0.0.1 from a CA written to `dir/ca.pem`.
 async fn tls_upstream(dir: &Path) -> (SocketAddr, Log) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &ca_cert, &ca_key)
-        .unwrap();
-    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13])
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![leaf.der().clone()],
-        rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-    )
-    .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let log: Log = Default::default();
-    let log2 = log.clone();
-    tokio::spawn(async move {
-        loop {
-            let (s, _) = l.accept().await.unwrap();
-            let (acceptor, log) = (acceptor.clone(), log2.clone());
-            tokio::spawn(async move {
-                if let Ok(tls) = acceptor.accept(s).await {
-                    serve_conn(tls, log).await;
-                }
-            });
-        }
-    });
-    (addr, log)
+    let ca = Ca::new("relay test CA");
+    ca.write(&dir.join("ca.pem"));
+    let up = Upstream::tls(ca.leaf(&["127.0.0.1"]).server_config(&[]), answer).await;
+    (up.addr, up.log)
 }
 
 struct Reply {
@@ -520,48 +429,21 @@ fn honoured_method(
 /// A loopback upstream that honours method overrides, as Rails, Laravel and Symfony do,
 /// and records which handler ran (`DELETE /v1/items/1`, `POST /v1/items/1`).
 async fn honouring_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
     let handled: Arc<Mutex<Vec<String>>> = Default::default();
     let handled2 = handled.clone();
-    tokio::spawn(async move {
-        loop {
-            let (s, _) = l.accept().await.unwrap();
-            let handled = handled2.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let handled = handled.clone();
-                        async move {
-                            let method = req.method().to_string();
-                            let target = req
-                                .uri()
-                                .path_and_query()
-                                .map(|p| p.to_string())
-                                .unwrap_or_default();
-                            let headers: BTreeMap<String, String> = req
-                                .headers()
-                                .iter()
-                                .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_owned()))
-                                .collect();
-                            let body = req.into_body().collect().await.unwrap().to_bytes();
-                            let acted = honoured_method(&method, &target, &headers, &body);
-                            let path = target.split('?').next().unwrap_or("").to_owned();
-                            handled.lock().unwrap().push(format!("{acted} {path}"));
-                            let status = if acted == "DELETE" { 204 } else { 201 };
-                            let mut r = hyper::Response::new(Full::new(Bytes::new()));
-                            *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-                            Ok::<_, std::convert::Infallible>(r)
-                        }
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(s), svc)
-                    .await;
-            });
+    let up = Upstream::plain(move |seen| {
+        let acted = honoured_method(&seen.method, &seen.target, &seen.headers, &seen.body);
+        let path = seen.target.split('?').next().unwrap_or("").to_owned();
+        handled2.lock().unwrap().push(format!("{acted} {path}"));
+        let status = if acted == "DELETE" { 204 } else { 201 };
+        upstream::Reply {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
         }
-    });
-    (addr, handled)
+    })
+    .await;
+    (up.addr, handled)
 }
 
 #[tokio::test]

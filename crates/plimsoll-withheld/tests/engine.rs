@@ -4,6 +4,7 @@
 
 mod support;
 
+use plimsoll_testkit::docker::engine_answers;
 use plimsoll_withheld::{
     connect_docker, scan_archive, scan_engine_image, Entry, KnownImages, Limits, Mode, ScanError,
     Verdict, WithheldSet,
@@ -60,7 +61,7 @@ fn summary(r: &plimsoll_withheld::ScanReport) -> Summary {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_scan_finds_what_the_archive_and_oci_scans_find() {
-    if !engine_available("the_engine_scan_finds_what_the_archive_and_oci_scans_find") {
+    if !engine_answers() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -133,7 +134,7 @@ async fn the_engine_scan_finds_what_the_archive_and_oci_scans_find() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn known_lists_bind_the_image_id_and_a_rebuild_needs_a_new_list() {
-    if !engine_available("known_lists_bind_the_image_id_and_a_rebuild_needs_a_new_list") {
+    if !engine_answers() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -172,7 +173,7 @@ async fn known_lists_bind_the_image_id_and_a_rebuild_needs_a_new_list() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_image_is_an_engine_error() {
-    if !engine_available("a_missing_image_is_an_engine_error") {
+    if !engine_answers() {
         return;
     }
     let docker = connect_docker().await.unwrap();

@@ -1,5 +1,6 @@
-//! Test harness: certificates made with rcgen, Secret directories laid out the kubelet's
-//! way, and real terminator + sandboxd processes whose logs the tests read.
+//! Test harness: certificates from the workspace's test CA (`plimsoll_testkit::ca`), Secret
+//! directories laid out the kubelet's way, and real terminator + sandboxd processes whose
+//! logs the tests read.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -9,10 +10,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose,
-};
+pub use plimsoll_testkit::ca::{Ca, Leaf};
+pub use plimsoll_testkit::net::free_port;
 
 pub const SERVER_NAME: &str = "sandboxd.plimsoll.invalid";
 pub const TOKEN: &str = "test-token-0123456789abcdef";
@@ -20,62 +19,6 @@ pub const TOKEN: &str = "test-token-0123456789abcdef";
 /// Generous bound for things that happen "soon" (rotation polls, process start); tests
 /// never assert on how fast they happen, only that they do.
 pub const PATIENCE: Duration = Duration::from_secs(60);
-
-/// A certificate authority.
-pub struct Ca {
-    pub key: KeyPair,
-    pub cert: rcgen::Certificate,
-}
-
-impl Ca {
-    pub fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.distinguished_name.push(DnType::CommonName, name);
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let cert = p.self_signed(&key).unwrap();
-        Ca { key, cert }
-    }
-
-    pub fn pem(&self) -> String {
-        self.cert.pem()
-    }
-
-    /// A leaf for `names`: (cert PEM, key PEM, cert DER).
-    pub fn leaf(&self, names: &[&str]) -> Leaf {
-        self.leaf_with(names, |_| {})
-    }
-
-    /// A leaf valid from 1 January of `not_before` to 1 January of `not_after` (years).
-    pub fn leaf_valid(&self, names: &[&str], not_before: i32, not_after: i32) -> Leaf {
-        self.leaf_with(names, |p| {
-            p.not_before = rcgen::date_time_ymd(not_before, 1, 1);
-            p.not_after = rcgen::date_time_ymd(not_after, 1, 1);
-        })
-    }
-
-    fn leaf_with(&self, names: &[&str], edit: impl FnOnce(&mut CertificateParams)) -> Leaf {
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .unwrap();
-        edit(&mut p);
-        p.distinguished_name.push(DnType::CommonName, names[0]);
-        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
-        Leaf {
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            der: cert.der().to_vec(),
-        }
-    }
-}
-
-pub struct Leaf {
-    pub cert_pem: String,
-    pub key_pem: String,
-    pub der: Vec<u8>,
-}
 
 /// Writes the pair the way the kubelet updates a Secret volume: files in a fresh
 /// `..<timestamp>` directory, a `..data` symlink swapped atomically by rename, and
@@ -127,14 +70,6 @@ pub fn sandboxd_bin() -> PathBuf {
 
 pub fn terminator_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_plimsoll-sandboxd-tls"))
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A running process whose stderr is collected line by line.

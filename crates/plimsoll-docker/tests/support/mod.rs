@@ -1,6 +1,7 @@
-//! What the real-engine tests share: the engine gate, and the runtime the suite runs under.
-//! Without an engine or the sandbox image a test skips, unless `PLIMSOLL_REQUIRE_DOCKER=1`
-//! (CI), when it fails. `PLIMSOLL_TEST_DOCKER_RUNTIME=runsc` runs the same tests under gVisor
+//! What the real-engine tests share: the engine (through the workspace's one gate,
+//! `plimsoll_testkit::docker::gate`), and the runtime the suite runs under. Without an
+//! engine or the sandbox image a test skips, unless `PLIMSOLL_REQUIRE_DOCKER=1` (CI), when
+//! it fails. `PLIMSOLL_TEST_DOCKER_RUNTIME=runsc` runs the same tests under gVisor
 //! (`.ci/run` runs the suite once per runtime); then a missing runsc is a failure too.
 
 use std::path::Path;
@@ -41,14 +42,6 @@ pub fn environment(image_id: &str) -> String {
     plimsoll_docker::provider::environment(image_id, runtime())
 }
 
-/// Whether a missing engine or image is a failure rather than a skip.
-pub fn required() -> bool {
-    matches!(
-        std::env::var("PLIMSOLL_REQUIRE_DOCKER").as_deref(),
-        Ok("1") | Ok("true")
-    )
-}
-
 /// The engine, with the sandbox image present, or `None` (skip) when either is missing and
 /// the run does not require them.
 pub async fn engine() -> Option<Docker> {
@@ -75,12 +68,5 @@ pub async fn engine() -> Option<Docker> {
         Ok::<_, String>(d)
     }
     .await;
-    match found {
-        Ok(d) => Some(d),
-        Err(e) if required() => panic!("PLIMSOLL_REQUIRE_DOCKER=1 but {e}"),
-        Err(e) => {
-            eprintln!("skipping: {e} (set PLIMSOLL_REQUIRE_DOCKER=1 to make this a failure)");
-            None
-        }
-    }
+    plimsoll_testkit::docker::gate(found)
 }

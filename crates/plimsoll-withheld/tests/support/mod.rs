@@ -1,6 +1,7 @@
 //! Test fixtures: layer tars, `docker save` archives and OCI layouts built from scratch, small
-//! zip/gzip/xz builders, and the engine guard (skip without an engine unless
-//! PLIMSOLL_REQUIRE_DOCKER=1, then fail). Shared by the library's and the CLI's tests.
+//! zip/gzip/xz builders, and the workspace's engine gate (`plimsoll_testkit::docker`: skip
+//! without an engine unless PLIMSOLL_REQUIRE_DOCKER=1, then fail). Shared by the library's
+//! and the CLI's tests.
 #![allow(dead_code)]
 
 use std::io::Write;
@@ -282,23 +283,6 @@ pub fn unique(what: &str) -> String {
         .unwrap()
         .as_nanos();
     format!("{what}-{}-{nanos}", std::process::id())
-}
-
-/// True when an engine answers. Without one: false (the test skips, saying so), unless
-/// PLIMSOLL_REQUIRE_DOCKER=1, then the test fails.
-pub fn engine_available(test: &str) -> bool {
-    let ok = Command::new("docker")
-        .args(["version", "--format", "{{.Server.Version}}"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var("PLIMSOLL_REQUIRE_DOCKER").as_deref() == Ok("1") {
-            panic!("{test}: PLIMSOLL_REQUIRE_DOCKER=1 but no Docker engine answers");
-        }
-        eprintln!("{test}: SKIPPED: no Docker engine answers (set PLIMSOLL_REQUIRE_DOCKER=1 to fail instead)");
-    }
-    ok
 }
 
 /// An image loaded into the engine for one test; removed when dropped.

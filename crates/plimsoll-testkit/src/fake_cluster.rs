@@ -1,5 +1,5 @@
-//! A fake Kubernetes API server and agent-sandbox controller, for this crate's tests and
-//! `cargo xtask bench agentsandbox` (feature `fake-cluster`; never in plimsolld).
+//! A fake Kubernetes API server and agent-sandbox controller, for the agentsandbox
+//! provider's tests and `cargo xtask bench agentsandbox` (never in plimsolld).
 //!
 //! The server speaks real HTTP/1.1 and JSON on a loopback port, for exactly the endpoints
 //! plimsolld uses: get SandboxTemplate, get SandboxWarmPool, list NetworkPolicies, and
@@ -23,9 +23,12 @@ use axum::http::{header, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::config::AgentSandboxConfig;
-use crate::crd::{GROUP, VERSION};
-use crate::readback::{SECRET_MOUNT, TERMINATOR};
+use plimsoll_agentsandbox::config::AgentSandboxConfig;
+use plimsoll_agentsandbox::crd::{GROUP, VERSION};
+use plimsoll_agentsandbox::readback::{SECRET_MOUNT, TERMINATOR};
+
+use crate::ca::Ca;
+use crate::net::free_port;
 
 /// The namespace of the fake cluster's objects.
 pub const NAMESPACE: &str = "plimsoll-sandboxes";
@@ -56,35 +59,14 @@ impl std::fmt::Debug for Pki {
 impl Pki {
     /// A fresh CA and a server certificate for `server_name`, signed by it.
     pub fn generate(server_name: &str) -> Pki {
-        use rcgen::{
-            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-            KeyUsagePurpose,
-        };
-        let ca_key = KeyPair::generate().expect("generate a CA key");
-        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         // A name of its own per CA: two CAs with one name would make a foreign pod look
         // like a bad signature from the expected issuer instead of an unknown issuer.
-        ca.distinguished_name.push(
-            DnType::CommonName,
-            format!(
-                "plimsoll fake-cluster CA {}",
-                hex::encode(rand::random::<[u8; 6]>())
-            ),
-        );
-        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_cert = ca.self_signed(&ca_key).expect("self-sign the CA");
-        let key = KeyPair::generate().expect("generate a server key");
-        let mut leaf =
-            CertificateParams::new(vec![server_name.to_owned()]).expect("leaf parameters");
-        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let cert = leaf
-            .signed_by(&key, &ca_cert, &ca_key)
-            .expect("sign the server certificate");
+        let ca = Ca::unique("plimsoll fake-cluster CA");
+        let leaf = ca.leaf(&[server_name]);
         Pki {
-            ca_pem: ca_cert.pem(),
-            cert_pem: cert.pem(),
-            key_pem: key.serialize_pem(),
+            ca_pem: ca.pem(),
+            cert_pem: leaf.cert_pem,
+            key_pem: leaf.key_pem,
         }
     }
 }
@@ -332,18 +314,6 @@ fn next_pod_ip() -> Ipv4Addr {
     Ipv4Addr::new(127, second, ((n / 250) % 250) as u8, (n % 250) as u8 + 2)
 }
 
-fn free_port() -> std::io::Result<u16> {
-    // A port free on 127.0.0.1 is used on the pods' own addresses; the pair of ports
-    // (TLS, sandboxd) is the same on every pod, and the addresses keep pods apart.
-    loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-        let p = l.local_addr()?.port();
-        if p < 65_000 {
-            return Ok(p);
-        }
-    }
-}
-
 impl FakeCluster {
     /// Starts the API server, writes the kubeconfig, CA and token files, and starts the
     /// warm pods.
@@ -389,7 +359,7 @@ impl FakeCluster {
             dir: dir.path().to_owned(),
             bin_dir: opts.bin_dir,
             pki,
-            port: free_port()?,
+            port: free_port(),
             warm_target: opts.warm,
             token_file,
         });
@@ -815,8 +785,9 @@ fn handle(inner: &Arc<Inner>, method: Method, uri: Uri, body: Bytes) -> Response
             s.resource_version += 1;
             claim["metadata"]["uid"] = json!(format!("uid-{}", s.resource_version));
             claim["metadata"]["resourceVersion"] = json!(s.resource_version.to_string());
-            claim["metadata"]["creationTimestamp"] =
-                json!(crate::crd::rfc3339(std::time::SystemTime::now()));
+            claim["metadata"]["creationTimestamp"] = json!(plimsoll_agentsandbox::crd::rfc3339(
+                std::time::SystemTime::now()
+            ));
             s.claims.insert(cname.clone(), claim.clone());
             s.counts.created += 1;
             drop(s);

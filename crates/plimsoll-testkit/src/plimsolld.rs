@@ -1,9 +1,7 @@
-//! The real `plimsolld` binary as a child process for these tests: started with a clean
-//! environment (the process provider unless the test names another), its JSON log lines
-//! read on a thread of their own, its RPC address taken from the `serving` line, killed on
-//! drop if a test fails with it alive.
-
-#![allow(dead_code)] // each test file uses a part
+//! The real `plimsolld` binary as a child process: started with a clean environment (the
+//! process provider unless the test names another), its JSON log lines read on a thread of
+//! their own, its RPC address taken from the `serving` line, killed on drop if a test fails
+//! with it alive. The binary's path comes from the test (`env!("CARGO_BIN_EXE_plimsolld")`).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -15,24 +13,28 @@ use nix::unistd::Pid;
 
 /// A `plimsolld` process with its stderr lines (JSON log lines, or the plain line of a
 /// configuration error) read on a thread of their own.
+#[derive(Debug)]
 pub struct Plimsolld {
+    /// The process.
     pub child: Child,
     lines: mpsc::Receiver<serde_json::Value>,
+    /// The log lines read so far.
     pub seen: Vec<serde_json::Value>,
 }
 
 impl Plimsolld {
-    pub fn spawn(dir: &Path, vars: &[(&str, &str)]) -> Plimsolld {
-        Plimsolld::spawn_as(dir, vars, &[])
+    /// Starts `bin` with its state in `dir/state` and `vars` added to its environment.
+    pub fn spawn(bin: &str, dir: &Path, vars: &[(&str, &str)]) -> Plimsolld {
+        Plimsolld::spawn_as(bin, dir, vars, &[])
     }
 
     /// Runs it through `prefix` (for example `setpriv --reuid=…`), which must exec it.
-    pub fn spawn_as(dir: &Path, vars: &[(&str, &str)], prefix: &[&str]) -> Plimsolld {
+    pub fn spawn_as(bin: &str, dir: &Path, vars: &[(&str, &str)], prefix: &[&str]) -> Plimsolld {
         let mut cmd = match prefix {
-            [] => Command::new(env!("CARGO_BIN_EXE_plimsolld")),
+            [] => Command::new(bin),
             [first, rest @ ..] => {
                 let mut c = Command::new(first);
-                c.args(rest).arg(env!("CARGO_BIN_EXE_plimsolld"));
+                c.args(rest).arg(bin);
                 c
             }
         };
@@ -84,6 +86,7 @@ impl Plimsolld {
         None
     }
 
+    /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -111,6 +114,7 @@ impl Plimsolld {
         self.seen.iter().any(|v| v["message"] == message)
     }
 
+    /// Sends SIGTERM.
     pub fn sigterm(&self) {
         kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
     }
@@ -124,11 +128,13 @@ impl Plimsolld {
         status
     }
 
+    /// Sends SIGTERM and waits for the process to exit.
     pub fn stop(&mut self) -> ExitStatus {
         kill(Pid::from_raw(self.child.id() as i32), Signal::SIGTERM).unwrap();
         self.wait()
     }
 
+    /// The log lines read so far, one JSON object a line.
     pub fn log(&self) -> String {
         self.seen
             .iter()

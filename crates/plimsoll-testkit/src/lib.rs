@@ -1,0 +1,19 @@
+//! plimsoll-testkit: what the workspace's tests and `cargo xtask bench` share, so each
+//! fixture is written once. Never published; only ever a dev-dependency (and xtask's).
+//!
+//! - [`upstream`]: a recording HTTP upstream (plain or TLS).
+//! - [`ca`]: a test CA and the server certificates it signs.
+//! - [`net`]: free loopback ports.
+//! - [`docker`]: the one Docker-engine gate (`PLIMSOLL_REQUIRE_DOCKER=1` fails, else skip).
+//! - [`daemon`]: the in-process daemon, built from environment pairs.
+//! - [`plimsolld`]: the real `plimsolld` binary as a child process.
+//! - [`fake_cluster`]: a fake Kubernetes API server and agent-sandbox controller with real
+//!   terminator + sandboxd pods.
+
+pub mod ca;
+pub mod daemon;
+pub mod docker;
+pub mod fake_cluster;
+pub mod net;
+pub mod plimsolld;
+pub mod upstream;
