@@ -2,13 +2,7 @@
 //! Each task is one module; this file only dispatches. It never runs as part of the daemon,
 //! and its benchmarks only ever target loopback addresses.
 
-mod bench_agentsandbox;
-mod bench_docker;
-mod bench_grants;
-mod bench_process;
-mod bench_quickjs;
-mod bench_scan;
-mod bench_tls;
+mod bench;
 mod dist;
 mod images;
 
@@ -30,31 +24,10 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("dist") => dist::run(&args[1..]),
         Some("images") => images::run_task(&args[1..]),
-        Some("bench") => match args.get(1).map(String::as_str) {
-            Some("sandboxd-tls") => bench_tls::run(&args[2..]),
-            Some("process") => {
-                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
-                bench_process::run(&rest)
-            }
-            Some("quickjs") => {
-                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
-                bench_quickjs::run(&rest)
-            }
-            Some("docker") => bench_docker::run(&args[2..]),
-            Some("agentsandbox") => {
-                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
-                bench_agentsandbox::run(&rest)
-            }
-            Some("grants") => {
-                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
-                bench_grants::run(&rest)
-            }
-            Some("scan") => {
-                let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
-                bench_scan::run(&rest)
-            }
-            other => anyhow::bail!("unknown benchmark {other:?}\n{TASKS}"),
-        },
+        Some("bench") => {
+            let rest: Vec<&str> = args.iter().skip(2).map(String::as_str).collect();
+            bench::run(args.get(1).map(String::as_str), &rest, TASKS)
+        }
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{TASKS}");
             Ok(())

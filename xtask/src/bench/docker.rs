@@ -32,6 +32,9 @@ use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
 use plimsoll_core::pb::{self};
 use tonic::transport::Channel;
 
+use super::stats::{median, ms, quantile};
+use super::Args;
+
 /// Pool at least this many times faster than `docker run`.
 const TARGET_POOL_SPEEDUP: f64 = 5.0;
 /// No pool at most this many times `docker run`.
@@ -53,7 +56,7 @@ struct Options {
     runtime: Option<String>,
 }
 
-fn parse(args: &[String]) -> Result<Option<Options>> {
+fn parse(args: &[&str]) -> Result<Option<Options>> {
     let mut o = Options {
         iterations: 20,
         pool: 2,
@@ -61,19 +64,14 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
         build: true,
         runtime: None,
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .map(String::as_str)
-                .with_context(|| format!("{name} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--iterations" => o.iterations = value(a)?.parse()?,
-            "--pool" => o.pool = value(a)?.parse()?,
-            "--gap-ms" => o.gap = Duration::from_millis(value(a)?.parse()?),
+    let mut a = Args::new(args, USAGE);
+    while let Some(flag) = a.flag() {
+        match flag {
+            "--iterations" => o.iterations = a.parsed(flag)?,
+            "--pool" => o.pool = a.parsed(flag)?,
+            "--gap-ms" => o.gap = Duration::from_millis(a.parsed(flag)?),
             "--no-build" => o.build = false,
-            "--runtime" => match value(a)? {
+            "--runtime" => match a.value(flag)? {
                 "runc" => o.runtime = None,
                 "runsc" => o.runtime = Some("runsc".into()),
                 other => bail!("--runtime {other:?}: use runsc (runc is always measured)"),
@@ -82,7 +80,7 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
                 println!("{USAGE}");
                 return Ok(None);
             }
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
+            other => return Err(a.unknown(other)),
         }
     }
     ensure!(o.iterations >= 3, "--iterations must be at least 3");
@@ -91,7 +89,7 @@ fn parse(args: &[String]) -> Result<Option<Options>> {
 }
 
 /// `cargo xtask bench docker …`.
-pub fn run(args: &[String]) -> Result<()> {
+pub fn run(args: &[&str]) -> Result<()> {
     let Some(opts) = parse(args)? else {
         return Ok(());
     };
@@ -260,28 +258,7 @@ fn measure_runtime(
 }
 
 fn verdict(ok: bool) -> &'static str {
-    if ok {
-        "MET"
-    } else {
-        "MISSED"
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn median(v: &[f64]) -> f64 {
-    quantile(v, 0.5)
-}
-
-fn quantile(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    s[((s.len() - 1) as f64 * q).round() as usize]
+    super::verdict(ok, super::MET_MISSED)
 }
 
 fn project_true() -> pb::RunRequest {
@@ -434,10 +411,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantiles_and_options() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(quantile(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.9), 5.0);
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    fn options() {
+        let args = |a: &[&'static str]| a.to_vec();
         let o = parse(&args(&["--iterations", "5", "--pool", "3", "--no-build"]))
             .unwrap()
             .unwrap();

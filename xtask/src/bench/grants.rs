@@ -24,8 +24,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
+use plimsoll_testkit::upstream::{Reply, Upstream};
+
+use super::stats::{ms, quantile_of, us};
 
 const USAGE: &str = "\
 usage: cargo xtask bench grants [--paths N] [--runs N] [--calls N] [--no-build]
@@ -328,16 +331,6 @@ struct Measured {
     stderr: String,
 }
 
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// Runs `bin args`, under `/usr/bin/time -v` when it exists.
 fn measure(bin: &Path, args: &[&str]) -> anyhow::Result<Measured> {
     let time = Path::new("/usr/bin/time");
@@ -375,18 +368,14 @@ fn measure(bin: &Path, args: &[&str]) -> anyhow::Result<Measured> {
         .stderr(Stdio::piped())
         .spawn()
         .context("starting plimsoll-specgen")?;
-    let pid = child.id();
-    let mut peak = None;
-    let status = loop {
-        if let Some(k) = vm_hwm(pid) {
-            peak = Some(peak.unwrap_or(0).max(k));
-        }
-        if let Some(st) = child.try_wait()? {
-            break st;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    let wall = start.elapsed();
+    let sampled = super::mem::wait_sampling(&mut child, start, Duration::from_millis(2), None)?;
+    let (status, peak, wall) = (
+        sampled
+            .status
+            .context("plimsoll-specgen was not waited for")?,
+        sampled.peak_kib,
+        sampled.wall,
+    );
     let mut stderr = String::new();
     if let Some(mut e) = child.stderr.take() {
         use std::io::Read;
@@ -488,14 +477,6 @@ fn specgen_figures(bin: &Path, dir: &Path, opts: &Options) -> anyhow::Result<()>
     Ok(())
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
 // ---------------------------------------------------------------------------------------
 // broker
 
@@ -503,32 +484,7 @@ const BODY: &str = r#"{"id":42,"name":"item","tags":["a","b","c"],"note":"a smal
 
 /// A loopback upstream answering every request with `BODY`.
 async fn upstream() -> anyhow::Result<SocketAddr> {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = l.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((s, _)) = l.accept().await else {
-                continue;
-            };
-            let _ = s.set_nodelay(true);
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(
-                    |req: hyper::Request<hyper::body::Incoming>| async move {
-                        let _ = req.into_body().collect().await;
-                        let mut r =
-                            hyper::Response::new(Full::new(Bytes::from_static(BODY.as_bytes())));
-                        r.headers_mut()
-                            .insert("content-type", "application/json".parse().expect("static"));
-                        Ok::<_, std::convert::Infallible>(r)
-                    },
-                );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(s), svc)
-                    .await;
-            });
-        }
-    });
-    Ok(addr)
+    Ok(Upstream::plain(|_| Reply::json(200, BODY)).await.addr)
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
@@ -579,8 +535,7 @@ struct Pair {
 }
 
 fn pct(v: &mut [Duration], p: f64) -> Duration {
-    v.sort();
-    v[((v.len() - 1) as f64 * p).round() as usize]
+    quantile_of(v, p)
 }
 
 fn broker_figures(opts: &Options) -> anyhow::Result<()> {

@@ -27,6 +27,9 @@ use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use plimsoll_testkit::ca::Ca;
+use plimsoll_testkit::net::free_port;
+
 use crate::dist;
 
 const SERVER_NAME: &str = "sandboxd.plimsoll.invalid";
@@ -39,7 +42,7 @@ const HANDSHAKE_CONCURRENCY: usize = 4;
 const OPEN_CONNECTIONS: usize = 200;
 
 /// `cargo xtask bench sandboxd-tls [--calls N]`.
-pub fn run(args: &[String]) -> Result<()> {
+pub fn run(args: &[&str]) -> Result<()> {
     if cfg!(debug_assertions) {
         // Measure with an optimised client: run this task again from a release build.
         eprintln!("xtask bench: re-running in release mode");
@@ -66,7 +69,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut calls = CALLS;
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        match a.as_str() {
+        match *a {
             "--calls" => {
                 calls = it
                     .next()
@@ -103,20 +106,12 @@ struct Material {
 
 fn material() -> Result<Material> {
     let dir = tempfile::tempdir()?;
-    let ca_key = rcgen::KeyPair::generate()?;
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "bench CA");
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key)?;
-    let key = rcgen::KeyPair::generate()?;
-    let leaf = rcgen::CertificateParams::new(vec![SERVER_NAME.to_owned()])?
-        .signed_by(&key, &ca, &ca_key)?;
+    let ca = Ca::new("bench CA");
+    let leaf = ca.leaf(&[SERVER_NAME]);
     let cert_dir = dir.path().join("sandboxd-tls");
     std::fs::create_dir_all(&cert_dir)?;
-    std::fs::write(cert_dir.join("tls.crt"), leaf.pem())?;
-    std::fs::write(cert_dir.join("tls.key"), key.serialize_pem())?;
+    std::fs::write(cert_dir.join("tls.crt"), &leaf.cert_pem)?;
+    std::fs::write(cert_dir.join("tls.key"), &leaf.key_pem)?;
     let ca_file = dir.path().join("ca.pem");
     std::fs::write(&ca_file, ca.pem())?;
     let token_file = dir.path().join("token");
@@ -205,12 +200,6 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 fn addr_after(line: &str, marker: &str) -> Result<SocketAddr> {
     let rest = &line[line.find(marker).context("marker")? + marker.len()..];
     let end = rest
@@ -252,9 +241,8 @@ async fn start_terminator(
     Ok((p, addr))
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+fn median(v: Vec<Duration>) -> Duration {
+    super::stats::quantile_of(&v, 0.5)
 }
 
 async fn bench(terminator: &Path, sandboxd: &Path, calls: usize) -> Result<()> {
@@ -263,7 +251,7 @@ async fn bench(terminator: &Path, sandboxd: &Path, calls: usize) -> Result<()> {
     let tls = ClientTls::from_ca_file(&m.ca_file, SERVER_NAME)?;
 
     // (1) and (4): the real pair.
-    let upstream: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+    let upstream: SocketAddr = format!("127.0.0.1:{}", free_port()).parse()?;
     let (term, tls_addr) = start_terminator(terminator, sandboxd, &m, upstream).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle_rss = term.rss_kib()?;
@@ -409,11 +397,7 @@ async fn bench(terminator: &Path, sandboxd: &Path, calls: usize) -> Result<()> {
 }
 
 fn verdict(ok: bool) -> &'static str {
-    if ok {
-        "[met]"
-    } else {
-        "[MISSED]"
-    }
+    super::verdict(ok, super::BRACKETED)
 }
 
 /// The sink both proxies forward to. First byte: `U` read to EOF then answer the count
@@ -485,7 +469,7 @@ async fn start_stunnel(m: &Material, upstream: SocketAddr) -> Result<Option<(Pro
         );
         return Ok(None);
     };
-    let port = free_port()?;
+    let port = free_port();
     let conf = m.dir.path().join("stunnel.conf");
     std::fs::write(
         &conf,

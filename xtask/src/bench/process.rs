@@ -30,6 +30,9 @@ use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
 use plimsoll_core::pb::{self};
 use tonic::transport::{Channel, Endpoint};
 
+pub(crate) use super::stats::{ms, quantile};
+use super::Args;
+
 /// Added median latency over a direct spawn, at most (ms).
 const TARGET_ADDED_MS: f64 = 3.0;
 /// Trivial runs per second at concurrency 8, at least.
@@ -66,25 +69,20 @@ fn parse(args: &[&str]) -> anyhow::Result<Options> {
         build: true,
         binary: None,
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .copied()
-                .with_context(|| format!("{name} needs a value\n{USAGE}"))
-        };
-        match *a {
-            "--iterations" => o.iterations = value(a)?.parse()?,
-            "--warmup" => o.warmup = value(a)?.parse()?,
-            "--seconds" => o.seconds = value(a)?.parse()?,
-            "--concurrency" => o.concurrency = value(a)?.parse()?,
+    let mut a = Args::new(args, USAGE);
+    while let Some(flag) = a.flag() {
+        match flag {
+            "--iterations" => o.iterations = a.parsed(flag)?,
+            "--warmup" => o.warmup = a.parsed(flag)?,
+            "--seconds" => o.seconds = a.parsed(flag)?,
+            "--concurrency" => o.concurrency = a.parsed(flag)?,
             "--no-build" => o.build = false,
             "--plimsolld" => {
-                o.binary = Some(PathBuf::from(value(a)?));
+                o.binary = Some(PathBuf::from(a.value(flag)?));
                 o.build = false;
             }
             "-h" | "--help" => o.help = true,
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
+            other => return Err(a.unknown(other)),
         }
     }
     ensure!(o.iterations > 0, "--iterations must be at least 1");
@@ -256,19 +254,9 @@ impl Daemon {
 
     /// A `kB` line of `/proc/<pid>/status`, in KiB.
     pub(crate) fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
-        let path = format!("/proc/{}/status", self.child.id());
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-        text.lines()
-            .find_map(|l| {
-                l.strip_prefix(field)?
-                    .strip_prefix(':')?
-                    .trim()
-                    .strip_suffix("kB")?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .with_context(|| format!("{path} has no {field} line"))
+        let pid = self.child.id();
+        super::mem::status_kib(pid, field)
+            .with_context(|| format!("/proc/{pid}/status has no {field} line"))
     }
 
     /// SIGTERM, then SIGKILL if it has not drained within 10 s.
@@ -550,27 +538,8 @@ async fn measure(
     })
 }
 
-pub(crate) fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// The `q` quantile (nearest rank on the sorted samples; the median averages the middle two).
-pub(crate) fn quantile(v: &[f64], q: f64) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if (q - 0.5).abs() < f64::EPSILON && s.len().is_multiple_of(2) {
-        return (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0;
-    }
-    let i = ((s.len() as f64 - 1.0) * q).round() as usize;
-    s[i.min(s.len() - 1)]
-}
-
 pub(crate) fn verdict(ok: bool) -> &'static str {
-    if ok {
-        "PASS"
-    } else {
-        "MISS"
-    }
+    super::verdict(ok, super::PASS_MISS)
 }
 
 fn print_table(o: &Options, m: &Measured, idle_kib: u64, peak_kib: u64) {
@@ -658,16 +627,6 @@ fn print_table(o: &Options, m: &Measured, idle_kib: u64, peak_kib: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quantiles() {
-        assert_eq!(quantile(&[3.0, 1.0, 2.0], 0.5), 2.0);
-        assert_eq!(quantile(&[4.0, 1.0, 3.0, 2.0], 0.5), 2.5);
-        assert_eq!(
-            quantile(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0], 0.9),
-            9.0
-        );
-    }
 
     #[test]
     fn serving_line() {

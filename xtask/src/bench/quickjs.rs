@@ -25,7 +25,8 @@ use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
 use plimsoll_core::pb::{self};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::bench_process::{ms, quantile, through, verdict, Daemon};
+use super::process::{ms, quantile, through, verdict, Daemon};
+use super::Args;
 
 const USAGE: &str = "\
 usage: cargo xtask bench quickjs [--iterations N] [--warmup N] [--seconds S] [--concurrency C] [--no-build]
@@ -51,24 +52,19 @@ fn parse(args: &[&str]) -> anyhow::Result<Option<Options>> {
         concurrency: 8,
         build: true,
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .copied()
-                .with_context(|| format!("{name} needs a value\n{USAGE}"))
-        };
-        match *a {
-            "--iterations" => o.iterations = value(a)?.parse()?,
-            "--warmup" => o.warmup = value(a)?.parse()?,
-            "--seconds" => o.seconds = value(a)?.parse()?,
-            "--concurrency" => o.concurrency = value(a)?.parse()?,
+    let mut a = Args::new(args, USAGE);
+    while let Some(flag) = a.flag() {
+        match flag {
+            "--iterations" => o.iterations = a.parsed(flag)?,
+            "--warmup" => o.warmup = a.parsed(flag)?,
+            "--seconds" => o.seconds = a.parsed(flag)?,
+            "--concurrency" => o.concurrency = a.parsed(flag)?,
             "--no-build" => o.build = false,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(None);
             }
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
+            other => return Err(a.unknown(other)),
         }
     }
     ensure!(
@@ -167,12 +163,7 @@ async fn worker_peak_kib(
             if ppid != Some(parent.as_str()) {
                 continue;
             }
-            let hwm = status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().strip_suffix("kB"))
-                .and_then(|v| v.trim().parse::<u64>().ok());
-            if let Some(h) = hwm {
+            if let Some(h) = super::mem::field_kib(&status, "VmHWM") {
                 peak = peak.max(h);
             }
         }

@@ -324,16 +324,6 @@ struct Measure {
     stdout: String,
 }
 
-fn vm_hwm(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 /// Runs a command, timing it and sampling its peak RSS until it exits.
 fn measure(cmd: &mut Command) -> anyhow::Result<Measure> {
     measure_within(cmd, None)
@@ -348,36 +338,17 @@ fn measure_within(cmd: &mut Command, limit: Option<Duration>) -> anyhow::Result<
         .stderr(Stdio::null())
         .spawn()
         .with_context(|| format!("starting {cmd:?}"))?;
-    let pid = child.id();
-    let mut peak = 0;
-    let status = loop {
-        if let Some(k) = vm_hwm(pid) {
-            peak = peak.max(k);
-        }
-        if let Some(st) = child.try_wait()? {
-            break st;
-        }
-        if limit.is_some_and(|l| start.elapsed() > l) {
-            child.kill()?;
-            let _ = child.wait()?;
-            let wall = start.elapsed();
-            let _ = std::fs::remove_file(&out_path);
-            return Ok(Measure {
-                wall,
-                peak_kib: peak,
-                code: -1,
-                stdout: String::new(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let sampled = super::mem::wait_sampling(&mut child, start, Duration::from_millis(10), limit)?;
+    let peak_kib = sampled.peak_kib.unwrap_or(0);
+    let stdout = match sampled.status {
+        Some(_) => std::fs::read_to_string(&out_path).unwrap_or_default(),
+        None => String::new(),
     };
-    let wall = start.elapsed();
-    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
     let _ = std::fs::remove_file(&out_path);
     Ok(Measure {
-        wall,
-        peak_kib: peak,
-        code: status.code().unwrap_or(-1),
+        wall: sampled.wall,
+        peak_kib,
+        code: sampled.status.and_then(|st| st.code()).unwrap_or(-1),
         stdout,
     })
 }

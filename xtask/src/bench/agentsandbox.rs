@@ -1,5 +1,5 @@
 //! `cargo xtask bench agentsandbox`: claim-to-result latency of the agent-sandbox provider
-//! through the fake Kubernetes API server (`plimsoll_agentsandbox::fake`), split into the
+//! through the fake Kubernetes API server (`plimsoll_testkit::fake_cluster`), split into the
 //! phases plimsolld pays for: claim wait (create the SandboxClaim, poll until Ready), TLS
 //! connect (TCP, TLS 1.3 handshake, HTTP/2 channel) and run (the sandboxd call). Deleting
 //! the claim is timed as well: plimsolld deletes it before it answers, so it is part of the
@@ -18,11 +18,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
-use plimsoll_agentsandbox::fake::{FakeCluster, FakeClusterOptions};
 use plimsoll_agentsandbox::AgentSandboxProvider;
 use plimsoll_core::pb;
 use plimsoll_core::sandboxd_pb::{execute_request, ExecuteRequest};
 use plimsoll_provider::{Provider, Work};
+use plimsoll_testkit::fake_cluster::{FakeCluster, FakeClusterOptions};
+
+use super::stats::{ms, quantile};
+use super::Args;
 
 const USAGE: &str = "\
 usage: cargo xtask bench agentsandbox [--runs N] [--warmup N] [--payload js|shell] [--no-build]
@@ -45,18 +48,13 @@ fn parse(args: &[&str]) -> anyhow::Result<Option<Options>> {
         js: false,
         build: true,
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .copied()
-                .with_context(|| format!("{name} needs a value\n{USAGE}"))
-        };
-        match *a {
-            "--runs" => o.runs = value(a)?.parse()?,
-            "--warmup" => o.warmup = value(a)?.parse()?,
+    let mut a = Args::new(args, USAGE);
+    while let Some(flag) = a.flag() {
+        match flag {
+            "--runs" => o.runs = a.parsed(flag)?,
+            "--warmup" => o.warmup = a.parsed(flag)?,
             "--payload" => {
-                o.js = match value(a)? {
+                o.js = match a.value(flag)? {
                     "js" => true,
                     "shell" => false,
                     other => bail!("--payload {other:?}: use js or shell"),
@@ -67,23 +65,16 @@ fn parse(args: &[&str]) -> anyhow::Result<Option<Options>> {
                 println!("{USAGE}");
                 return Ok(None);
             }
-            other => bail!("unknown argument {other:?}\n{USAGE}"),
+            other => return Err(a.unknown(other)),
         }
     }
     ensure!(o.runs > 0, "--runs must be at least 1");
     Ok(Some(o))
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-/// The p-th percentile (0..=100) of samples in milliseconds, nearest rank.
+/// The p-th percentile (0..=100) of samples in milliseconds.
 fn pct(samples: &[f64], p: f64) -> f64 {
-    let mut v = samples.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let rank = ((p / 100.0) * v.len() as f64).ceil().max(1.0) as usize;
-    v[rank.min(v.len()) - 1]
+    quantile(samples, p / 100.0)
 }
 
 fn work(js: bool) -> Work {
@@ -213,18 +204,4 @@ async fn measure(opts: Options, bin_dir: PathBuf) -> anyhow::Result<()> {
     );
     ensure!(counts.created == counts.deleted, "a claim was left behind");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let v = [5.0, 1.0, 3.0, 2.0, 4.0];
-        assert_eq!(pct(&v, 50.0), 3.0);
-        assert_eq!(pct(&v, 0.0), 1.0);
-        assert_eq!(pct(&v, 100.0), 5.0);
-        assert_eq!(pct(&v, 90.0), 5.0);
-    }
 }
