@@ -3,7 +3,6 @@
 //! that they hold no secret.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -75,7 +74,7 @@ impl KnownImages {
     pub fn from_json(bytes: &[u8]) -> Result<KnownImages, KnownError> {
         let f: KnownFile = serde_json::from_slice(bytes)
             .map_err(|e| KnownError::Invalid(format!("not a known-images file: {e}")))?;
-        crate::set::check_header(&f.format, KNOWN_FORMAT, f.version, KNOWN_VERSION)
+        crate::file::check_header(&f.format, KNOWN_FORMAT, f.version, KNOWN_VERSION)
             .map_err(KnownError::Invalid)?;
         for id in f.images.keys() {
             if !valid_image_id(id) {
@@ -125,9 +124,11 @@ impl KnownImages {
 
     /// Writes the file atomically.
     pub fn save(&self, path: &Path) -> Result<(), KnownError> {
-        write_atomic(path, self.to_json().as_bytes()).map_err(|source| KnownError::Io {
-            path: path.display().to_string(),
-            source,
+        crate::file::write_atomic(path, self.to_json().as_bytes()).map_err(|source| {
+            KnownError::Io {
+                path: path.display().to_string(),
+                source,
+            }
         })
     }
 
@@ -162,30 +163,6 @@ pub fn valid_image_id(id: &str) -> bool {
             && h.bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
-}
-
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename, so a
-/// reader never sees half a file.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".into());
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 #[cfg(test)]

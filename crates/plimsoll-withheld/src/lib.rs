@@ -15,6 +15,7 @@ use std::path::Path;
 
 mod carve;
 mod engine;
+mod file;
 pub mod git;
 mod image;
 pub mod known;

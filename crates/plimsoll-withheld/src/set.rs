@@ -14,24 +14,6 @@ pub const SET_FORMAT: &str = "plimsoll-withheld-set";
 /// The only set version this build reads and writes.
 pub const SET_VERSION: u32 = 1;
 
-/// Checks a versioned file's `format` and `version` (the withheld set and the known list
-/// share this header); the error says what was found and what this build reads.
-pub(crate) fn check_header(
-    format: &str,
-    want_format: &str,
-    version: u32,
-    want_version: u32,
-) -> Result<(), String> {
-    if format != want_format {
-        return Err(format!("format is {format:?}, expected {want_format:?}"));
-    }
-    if version != want_version {
-        return Err(format!(
-            "version {version} is not supported (this build reads {want_version})"
-        ));
-    }
-    Ok(())
-}
 /// The only prefilter this build knows.
 pub const PREFILTER: &str = "gear-v1";
 
@@ -261,7 +243,8 @@ impl WithheldSet {
     pub fn from_json(bytes: &[u8]) -> Result<WithheldSet, SetError> {
         let f: SetFile = serde_json::from_slice(bytes)
             .map_err(|e| SetError::Invalid(format!("not a withheld set: {e}")))?;
-        check_header(&f.format, SET_FORMAT, f.version, SET_VERSION).map_err(SetError::Invalid)?;
+        crate::file::check_header(&f.format, SET_FORMAT, f.version, SET_VERSION)
+            .map_err(SetError::Invalid)?;
         if f.prefilter != PREFILTER {
             return Err(SetError::Invalid(format!(
                 "prefilter {:?} is not supported (this build knows {PREFILTER:?})",
@@ -361,7 +344,7 @@ impl WithheldSet {
 
     /// Writes the set atomically (a temporary file beside it, then a rename).
     pub fn save(&self, path: &Path) -> Result<(), SetError> {
-        crate::known::write_atomic(path, self.to_json().as_bytes()).map_err(|source| SetError::Io {
+        crate::file::write_atomic(path, self.to_json().as_bytes()).map_err(|source| SetError::Io {
             path: path.display().to_string(),
             source,
         })
