@@ -1,7 +1,8 @@
 //! Tidy checks that keep the tree honest, run by `cargo test`:
-//! every library and binary opens with a `//!` doc stating its job, every test that
-//! `docs/SPECIFICATION.md` names as the proof of a promise exists in the tree, and nothing the
-//! tests, tools or README use reaches outside the repository for its fixtures.
+//! every module (crate roots, their modules, tests, examples) opens with a `//!` doc stating
+//! its job, every test that `docs/SPECIFICATION.md` names as the proof of a promise exists at
+//! the whole path it is named by, and nothing the tests, tools or README use reaches outside
+//! the repository for its fixtures.
 
 use std::path::{Path, PathBuf};
 
@@ -30,21 +31,21 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The folders whose Rust files are the workspace's modules.
+const SOURCE_DIRS: [&str; 4] = ["crates", "bins", "xtask", "examples"];
+
 #[test]
-fn every_crate_root_opens_with_its_job() {
+fn every_module_opens_with_its_job() {
     let root = root();
-    let mut roots = Vec::new();
-    for (dir, file) in [("crates", "src/lib.rs"), ("bins", "src/main.rs")] {
-        for e in std::fs::read_dir(root.join(dir)).unwrap().flatten() {
-            let p = e.path().join(file);
-            if p.exists() {
-                roots.push(p);
-            }
-        }
+    let mut files = Vec::new();
+    for d in SOURCE_DIRS {
+        rust_files(&root.join(d), &mut files);
     }
-    roots.push(root.join("xtask/src/main.rs"));
-    assert!(roots.len() >= 5, "found only {roots:?}");
-    let missing: Vec<_> = roots
+    assert!(files.len() >= 50, "found only {files:?}");
+    for must in ["xtask/src/main.rs", "crates/plimsoll-core/src/lib.rs"] {
+        assert!(files.contains(&root.join(must)), "{must} was not checked");
+    }
+    let missing: Vec<_> = files
         .iter()
         .filter(|p| {
             !std::fs::read_to_string(p)
@@ -52,46 +53,139 @@ fn every_crate_root_opens_with_its_job() {
                 .trim_start()
                 .starts_with("//!")
         })
+        .map(|p| p.strip_prefix(&root).unwrap_or(p).to_owned())
         .collect();
     assert!(
         missing.is_empty(),
-        "these files must open with a `//!` doc stating their one job: {missing:?}"
+        "these modules must open with a `//!` doc stating their one job: {missing:?}"
     );
+}
+
+/// Every package of the workspace by its crate name (`-` as `_`), with its folder.
+fn packages(root: &Path) -> Vec<(String, PathBuf)> {
+    let mut dirs = vec![root.join("xtask")];
+    for d in ["crates", "bins", "examples"] {
+        for e in std::fs::read_dir(root.join(d)).unwrap().flatten() {
+            dirs.push(e.path());
+        }
+    }
+    dirs.into_iter()
+        .filter_map(|dir| {
+            let toml = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+            let name = toml
+                .lines()
+                .skip_while(|l| l.trim() != "[package]")
+                .find_map(|l| l.trim().strip_prefix("name = "))?
+                .trim_matches('"')
+                .replace('-', "_");
+            Some((name, dir))
+        })
+        .collect()
+}
+
+/// The file a test path names (`crate::target_or_module::…::test_fn`), when every segment
+/// resolves: the crate to a package; the next segment to an integration test, an example,
+/// a bench or a module under `src/`; each further segment to a module file below that, or
+/// to a module written inline (`mod tests { … }`). The file must define `fn test_fn(`.
+fn resolve(packages: &[(String, PathBuf)], path: &str) -> Result<PathBuf, String> {
+    let segs: Vec<&str> = path.split("::").collect();
+    let (krate, rest) = segs.split_first().ok_or("empty path")?;
+    let (test, modules) = rest.split_last().ok_or("no test name")?;
+    let (_, dir) = packages
+        .iter()
+        .find(|(n, _)| n == krate)
+        .ok_or_else(|| format!("no package is named {krate}"))?;
+    let file_or_mod = |base: &Path, m: &str| -> Option<PathBuf> {
+        [base.join(format!("{m}.rs")), base.join(m).join("mod.rs")]
+            .into_iter()
+            .find(|p| p.is_file())
+    };
+    let mut file = match modules.first() {
+        None => ["src/lib.rs", "src/main.rs"]
+            .iter()
+            .map(|f| dir.join(f))
+            .find(|p| p.is_file())
+            .ok_or_else(|| format!("{krate} has no crate root"))?,
+        Some(first) => ["tests", "examples", "benches", "src"]
+            .iter()
+            .find_map(|d| {
+                file_or_mod(&dir.join(d), first).or_else(|| {
+                    Some(dir.join(d).join(first).join("main.rs")).filter(|p| p.is_file())
+                })
+            })
+            .ok_or_else(|| format!("{krate} has no test target or module {first}"))?,
+    };
+    for m in modules.iter().skip(1) {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let base = match file.file_name().and_then(|n| n.to_str()) {
+            Some("mod.rs" | "main.rs" | "lib.rs") => file.parent().unwrap().to_owned(),
+            _ => file.with_extension(""),
+        };
+        if let Some(next) = file_or_mod(&base, m) {
+            file = next;
+        } else if !text.contains(&format!("mod {m} {{")) {
+            return Err(format!("{} has no module {m}", file.display()));
+        }
+    }
+    let text = std::fs::read_to_string(&file).unwrap_or_default();
+    if !text.contains(&format!("fn {test}(")) {
+        return Err(format!("{} has no fn {test}", file.display()));
+    }
+    Ok(file)
+}
+
+/// The test paths the proof column of `docs/SPECIFICATION.md`'s tables names.
+fn proofs(spec: &str) -> Vec<&str> {
+    spec.lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|---"))
+        .filter_map(|l| l.trim_end().trim_end_matches('|').rsplit('|').next())
+        .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+        .filter(|s| s.contains("::") && !s.contains(' '))
+        .collect()
 }
 
 #[test]
 fn every_test_named_in_the_specification_exists() {
     let root = root();
     let spec = std::fs::read_to_string(root.join("docs/SPECIFICATION.md")).unwrap();
-    // Proofs are written as `path::to::test_name` in backticks; the last segment is the fn.
-    let names: Vec<&str> = spec
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|s| s.contains("::") && !s.contains(' '))
-        .filter_map(|s| s.rsplit("::").next())
-        .collect();
+    let names = proofs(&spec);
     assert!(
         names.len() >= 10,
         "the specification names only {} tests",
         names.len()
     );
-    let mut files = Vec::new();
-    for d in ["crates", "bins", "xtask"] {
-        rust_files(&root.join(d), &mut files);
-    }
-    let sources: String = files
+    let packages = packages(&root);
+    let missing: Vec<String> = names
         .iter()
-        .map(|f| std::fs::read_to_string(f).unwrap_or_default())
-        .collect();
-    let missing: Vec<_> = names
-        .iter()
-        .filter(|n| !sources.contains(&format!("fn {n}(")))
+        .filter_map(|n| resolve(&packages, n).err().map(|e| format!("{n}: {e}")))
         .collect();
     assert!(
         missing.is_empty(),
-        "docs/SPECIFICATION.md names tests that do not exist: {missing:?}"
+        "docs/SPECIFICATION.md names tests that do not exist at their path:\n{}",
+        missing.join("\n")
     );
+}
+
+#[test]
+fn the_path_check_resolves_every_kind_of_path_and_refuses_a_wrong_one() {
+    let packages = packages(&root());
+    for ok in [
+        "plimsoll_daemon::daemon::health_ready_and_metrics_endpoints",
+        "plimsoll_withheld::git::tests::deltas_copy_and_insert",
+        "plimsoll_tls::pem::loads_pkcs8_ecdsa_pair",
+        "xtask::tidy::every_module_opens_with_its_job",
+    ] {
+        resolve(&packages, ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for wrong in [
+        "plimsoll_nonesuch::daemon::health_ready_and_metrics_endpoints",
+        "plimsoll_daemon::nonesuch::health_ready_and_metrics_endpoints",
+        "plimsoll_core::daemon::health_ready_and_metrics_endpoints",
+        "plimsoll_daemon::daemon::nonesuch",
+        "plimsoll_withheld::git::nonesuch::deltas_copy_and_insert",
+    ] {
+        assert!(resolve(&packages, wrong).is_err(), "{wrong} resolved");
+    }
 }
 
 /// Every file under `dir` (recursively), skipping `target` and dot folders.
@@ -127,7 +221,7 @@ fn outside_paths() -> Vec<String> {
 
 fn files_reading_outside(root: &Path) -> Vec<String> {
     let mut files = Vec::new();
-    for d in ["crates", "bins", "xtask", "examples", ".ci"] {
+    for d in SOURCE_DIRS.iter().chain([&".ci"]) {
         all_files(&root.join(d), &mut files);
     }
     files.push(root.join("README.md"));
