@@ -242,19 +242,27 @@ fn plaintext_clients_are_refused() {
     assert_eq!(pod.sandboxd_calls(), 0);
 }
 
-#[test]
-fn tls12_only_client_is_refused() {
+/// A pod, after a raw handshake offering `versions` and `alpn` failed with `alert`.
+fn handshake_refused(
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    alpn: &[u8],
+    alert: rustls::AlertDescription,
+) -> (Ca, Pod) {
     let ca = Ca::new("ca");
     let pod = Pod::start(&ca.leaf(&[SERVER_NAME]));
-    let err = raw_handshake(
-        raw_client(&ca, &[&rustls::version::TLS12], vec![b"h2".to_vec()]),
-        pod.addr,
-    )
-    .map(|_| ())
-    .unwrap_err();
-    assert_eq!(
-        err,
-        rustls::Error::AlertReceived(rustls::AlertDescription::ProtocolVersion)
+    let err = raw_handshake(raw_client(&ca, versions, vec![alpn.to_vec()]), pod.addr)
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(err, rustls::Error::AlertReceived(alert));
+    (ca, pod)
+}
+
+#[test]
+fn tls12_only_client_is_refused() {
+    let (_ca, pod) = handshake_refused(
+        &[&rustls::version::TLS12],
+        b"h2",
+        rustls::AlertDescription::ProtocolVersion,
     );
     pod.proc.wait_line("does not offer TLS 1.3");
     assert_eq!(pod.sandboxd_calls(), 0);
@@ -262,18 +270,11 @@ fn tls12_only_client_is_refused() {
 
 #[test]
 fn clients_without_alpn_h2_are_refused() {
-    let ca = Ca::new("ca");
-    let pod = Pod::start(&ca.leaf(&[SERVER_NAME]));
     // Offering ALPN, but not h2: rustls refuses during the handshake.
-    let err = raw_handshake(
-        raw_client(&ca, &[&rustls::version::TLS13], vec![b"http/1.1".to_vec()]),
-        pod.addr,
-    )
-    .map(|_| ())
-    .unwrap_err();
-    assert_eq!(
-        err,
-        rustls::Error::AlertReceived(rustls::AlertDescription::NoApplicationProtocol)
+    let (ca, pod) = handshake_refused(
+        &[&rustls::version::TLS13],
+        b"http/1.1",
+        rustls::AlertDescription::NoApplicationProtocol,
     );
     // Offering no ALPN at all: the handshake completes, then the terminator closes without
     // forwarding a byte.

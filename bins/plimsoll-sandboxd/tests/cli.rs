@@ -144,24 +144,30 @@ fn conflicting_flags_are_usage_errors() {
     }
 }
 
-#[test]
-fn serves_on_a_unix_socket_with_the_token_and_stops_on_sigterm() {
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
+/// sandboxd on the Unix socket `sock`, with the token in `dir/token` and its runs in
+/// `dir/runs`, `args` added, its stderr piped.
+fn serve_on(dir: &std::path::Path, sock: &std::path::Path, args: &[&str]) -> Started {
+    let token_file = dir.join("token");
     std::fs::write(&token_file, TOKEN).unwrap();
-    let sock = dir.path().join("sandboxd.sock");
-    let mut child = bin()
+    bin()
         .arg("--unix-socket")
-        .arg(&sock)
+        .arg(sock)
         .arg("--token-file")
         .arg(&token_file)
         .arg("--root-dir")
-        .arg(dir.path().join("runs"))
-        .arg("--log-format=json")
+        .arg(dir.join("runs"))
+        .args(args)
         .stderr(Stdio::piped())
         .spawn()
         .map(Started)
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn serves_on_a_unix_socket_with_the_token_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("sandboxd.sock");
+    let mut child = serve_on(dir.path(), &sock, &["--log-format=json"]);
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -228,21 +234,12 @@ fn serves_on_a_unix_socket_with_the_token_and_stops_on_sigterm() {
 #[test]
 fn given_languages_are_reported_without_a_proof() {
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, TOKEN).unwrap();
     let sock = dir.path().join("sd.sock");
-    let mut child = bin()
-        .arg("--unix-socket")
-        .arg(&sock)
-        .arg("--token-file")
-        .arg(&token_file)
-        .arg("--root-dir")
-        .arg(dir.path().join("runs"))
-        .args(["--languages", "shell,python", "--log-format=json"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .map(Started)
-        .unwrap();
+    let mut child = serve_on(
+        dir.path(),
+        &sock,
+        &["--languages", "shell,python", "--log-format=json"],
+    );
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

@@ -330,43 +330,23 @@ fn engine_images_refuse_list_and_rebuild() {
         ],
     );
     assert_eq!(code(&o), 1, "{}", text(&o));
-    let o = run(
-        p,
-        &[
-            "known-unreadable",
+    // `<cmd> -set withheld.json -known known-images.json <image>` exits with `want`.
+    let with_known = |cmd: &str, image: &str, want: i32| {
+        let args = [
+            cmd,
             "-set",
             "withheld.json",
             "-known",
             "known-images.json",
-            &a.tag,
-        ],
-    );
-    assert_eq!(code(&o), 0, "{}", text(&o));
-    let o = run(
-        p,
-        &[
-            "scan-image",
-            "-set",
-            "withheld.json",
-            "-known",
-            "known-images.json",
-            &a.tag,
-        ],
-    );
-    assert_eq!(code(&o), 0, "{}", text(&o));
+            image,
+        ];
+        let o = run(p, &args);
+        assert_eq!(code(&o), want, "{cmd} {image}: {}", text(&o));
+    };
+    with_known("known-unreadable", &a.tag, 0);
+    with_known("scan-image", &a.tag, 0);
     let (b, _) = LoadedImage::load(p, "cli-audit-b", &[layer]);
-    let o = run(
-        p,
-        &[
-            "scan-image",
-            "-set",
-            "withheld.json",
-            "-known",
-            "known-images.json",
-            &b.tag,
-        ],
-    );
-    assert_eq!(code(&o), 1, "{}", text(&o));
+    with_known("scan-image", &b.tag, 1);
 
     // An image the engine does not hold: 3.
     let o = run(

@@ -2,7 +2,7 @@
 //! JSON and YAML, with and without a server base path, with server variables, with `$ref`s,
 //! and malformed.
 
-use plimsoll_openapi::{read, read_yaml_counted, Options, SpecError, YamlLimits};
+use plimsoll_openapi::{read, read_yaml_counted, Extraction, Options, SpecError, YamlLimits};
 
 const CLOUDFLARE_LIKE_JSON: &str = r##"{
   "openapi": "3.0.3",
@@ -67,20 +67,28 @@ fn opts() -> Options {
     Options::default()
 }
 
+/// Reads `doc` with the default options and checks where its routes live and what they are.
+fn read_checked(doc: &str, origin: &str, base_path: &str, routes: &[&str]) -> Extraction {
+    let x = read(doc.as_bytes(), &opts()).unwrap();
+    assert_eq!(x.origin, origin);
+    assert_eq!(x.base_path, base_path);
+    assert_eq!(x.route_strings(), routes);
+    x
+}
+
 #[test]
 fn a_server_base_path_prefixes_every_route_in_3_0_json() {
-    let x = read(CLOUDFLARE_LIKE_JSON.as_bytes(), &opts()).unwrap();
-    assert_eq!(x.origin, "https://api.cloudflare.example");
-    assert_eq!(x.base_path, "/client/v4");
-    assert_eq!(
-        x.route_strings(),
-        vec![
+    let x = read_checked(
+        CLOUDFLARE_LIKE_JSON,
+        "https://api.cloudflare.example",
+        "/client/v4",
+        &[
             "GET /client/v4/user",
             "GET /client/v4/zones",
             "POST /client/v4/zones",
             "GET /client/v4/zones/{zone_id}",
             "DELETE /client/v4/zones/{zone_id}",
-        ]
+        ],
     );
     assert!(
         x.skipped
@@ -101,17 +109,16 @@ fn a_server_base_path_prefixes_every_route_in_3_0_json() {
 
 #[test]
 fn server_variables_resolve_to_defaults_in_3_1_yaml() {
-    let x = read(GHES_LIKE_YAML.as_bytes(), &opts()).unwrap();
-    assert_eq!(x.origin, "https://ghe.example.com");
-    assert_eq!(x.base_path, "/api/v3");
-    assert_eq!(
-        x.route_strings(),
-        vec![
+    read_checked(
+        GHES_LIKE_YAML,
+        "https://ghe.example.com",
+        "/api/v3",
+        &[
             "GET /api/v3/meta",
             "GET /api/v3/repos/{owner}/{repo}",
             "GET /api/v3/repos/{owner}/{repo}/issues",
             "POST /api/v3/repos/{owner}/{repo}/issues",
-        ]
+        ],
     );
     // An override beats the default; an unknown variable is an error naming it.
     let mut o = opts();

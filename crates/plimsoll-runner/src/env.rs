@@ -135,37 +135,17 @@ pub(crate) fn program_env(
 mod tests {
     use super::*;
 
+    // Every refused name is checked through the public `RunEnv::new` in
+    // tests/runner.rs (`run_env_refuses_each_dangerous_name`); here, one of each rule.
     #[test]
     fn refuses_loaders_and_fixed_names() {
         for name in [
-            "PATH",
             "LD_PRELOAD",
-            "LD_LIBRARY_PATH",
-            "LD_AUDIT",
             "ld_preload",
-            "NODE_OPTIONS",
-            "NODE_PATH",
-            "PYTHONPATH",
-            "PYTHONSTARTUP",
-            "PYTHONHOME",
-            "BASH_ENV",
-            "ENV",
-            "SHELLOPTS",
-            "BASHOPTS",
-            "PS4",
-            "PERL5LIB",
-            "PERL5OPT",
-            "RUBYOPT",
-            "RUBYLIB",
-            "GCONV_PATH",
-            "DYLD_INSERT_LIBRARIES",
             "BASH_FUNC_ls%%",
-            "npm_config_script_shell",
             "HOME",
-            "PLIMSOLL_RUN_TAG",
             "",
             "A=B",
-            "A\0B",
         ] {
             assert_eq!(
                 check_var(name, "x"),
