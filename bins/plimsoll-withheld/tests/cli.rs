@@ -24,6 +24,11 @@ fn run(dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `<cmd> -set withheld.json -known <known> <image>` in `dir`.
+fn run_known(dir: &Path, cmd: &str, known: &str, image: &str) -> Output {
+    run(dir, &[cmd, "-set", "withheld.json", "-known", known, image])
+}
+
 fn code(o: &Output) -> i32 {
     o.status.code().unwrap_or(-1)
 }
@@ -132,17 +137,7 @@ fn usage_and_bad_files_exit_2_unreadable_images_exit_3() {
     let o = run(p, &["scan-image", "-set", "bad.json", "img"]);
     assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(text(&o).contains("bad.json"), "{}", text(&o));
-    let o = run(
-        p,
-        &[
-            "scan-image",
-            "-set",
-            "withheld.json",
-            "-known",
-            "bad.json",
-            "img",
-        ],
-    );
+    let o = run_known(p, "scan-image", "bad.json", "img");
     assert_eq!(code(&o), 2, "{}", text(&o));
     let o = run(
         p,
@@ -246,31 +241,11 @@ fn audit_only_unknown_unreadable_exits_1_until_listed_and_a_rebuild_needs_a_new_
     let o = run(p, &["scan-image", "-set", "withheld.json", "a.tar"]);
     assert_eq!(code(&o), 1, "{}", text(&o));
     assert!(text(&o).contains("format:7z"), "{}", text(&o));
-    let o = run(
-        p,
-        &[
-            "known-unreadable",
-            "-set",
-            "withheld.json",
-            "-known",
-            "known-images.json",
-            "a.tar",
-        ],
-    );
+    let o = run_known(p, "known-unreadable", "known-images.json", "a.tar");
     assert_eq!(code(&o), 0, "{}", text(&o));
     let k = std::fs::read_to_string(p.join("known-images.json")).unwrap();
     assert!(k.contains(&id) && k.contains("data/locked.7z"), "{k}");
-    let o = run(
-        p,
-        &[
-            "scan-image",
-            "-set",
-            "withheld.json",
-            "-known",
-            "known-images.json",
-            "a.tar",
-        ],
-    );
+    let o = run_known(p, "scan-image", "known-images.json", "a.tar");
     assert_eq!(code(&o), 0, "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("audit canary"),
@@ -281,17 +256,7 @@ fn audit_only_unknown_unreadable_exits_1_until_listed_and_a_rebuild_needs_a_new_
     let (rebuilt, id2) = docker_save("x:2", &[layer], "cli-known-rebuilt");
     assert_ne!(id, id2);
     std::fs::write(p.join("b.tar"), &rebuilt).unwrap();
-    let o = run(
-        p,
-        &[
-            "scan-image",
-            "-set",
-            "withheld.json",
-            "-known",
-            "known-images.json",
-            "b.tar",
-        ],
-    );
+    let o = run_known(p, "scan-image", "known-images.json", "b.tar");
     assert_eq!(code(&o), 1, "{}", text(&o));
 }
 
