@@ -17,6 +17,7 @@ pub mod fake;
 pub mod provider;
 pub mod readback;
 
-pub use config::{AgentSandboxConfig, ConfigError};
+pub use config::AgentSandboxConfig;
+pub use plimsoll_provider::ConfigError;
 pub use provider::{AgentSandboxProvider, Phases};
 pub use readback::{read_back, Drift, DriftKind, ReadBack};

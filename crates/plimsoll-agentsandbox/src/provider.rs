@@ -31,10 +31,7 @@ const CLAIM_EXPIRY_MARGIN: Duration = Duration::from_secs(120);
 const SMOKE_STEP: &str = "echo plimsoll-smoke";
 
 fn start_error(message: impl Into<String>) -> ProviderStartError {
-    ProviderStartError {
-        provider: NAME.into(),
-        message: message.into(),
-    }
+    ProviderStartError::new(NAME, message)
 }
 
 /// Where the time of one run went.

@@ -55,10 +55,10 @@ fn config(
         pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
     ))?;
     // Test hook: the fake pods listen on another port than 9090.
-    cfg.agentsandbox
-        .as_mut()
-        .expect("agentsandbox settings")
-        .sandboxd_port = s.cluster.pod_port();
+    let plimsoll_daemon::ProviderConfig::AgentSandbox(a) = &mut cfg.provider else {
+        panic!("not the agentsandbox provider: {:?}", cfg.provider)
+    };
+    a.sandboxd_port = s.cluster.pod_port();
     Ok(cfg)
 }
 

@@ -17,6 +17,7 @@ pub mod config;
 pub mod engine;
 pub mod evidence;
 pub mod provider;
+pub mod scan;
 pub mod state;
 
 pub use config::{DockerConfig, Runtime, Seccomp};

@@ -95,10 +95,7 @@ impl std::fmt::Debug for DockerProvider {
 }
 
 fn start_err(message: impl Into<String>) -> ProviderStartError {
-    ProviderStartError {
-        provider: NAME.into(),
-        message: message.into(),
-    }
+    ProviderStartError::new(NAME, message)
 }
 
 /// A run's id (its label and its directory's name): 64 random bits, kept short because the
@@ -1026,6 +1023,12 @@ impl Provider for DockerProvider {
         let grants = inner.verify_runtime().await.map_err(start_err)?;
         let image_id = inner.verify_image().await.map_err(start_err)?;
         let removed = inner.reconcile().await.map_err(start_err)?;
+        // The image is scanned before any container of it starts, the smoke test's included.
+        if let Some(w) = &inner.cfg.withheld {
+            crate::scan::run(&inner.docker, &image_id, w)
+                .await
+                .map_err(|m| ProviderStartError::ship_scan(NAME, m))?;
+        }
         let (languages, tier) = inner.smoke(&image_id).await.map_err(start_err)?;
         let policy = inner.lockdown_digest(&image_id);
         tracing::info!(image = %image_id, isolation = %tier, languages = ?languages, instance = %inner.instance.id(),
@@ -1040,6 +1043,11 @@ impl Provider for DockerProvider {
         });
         inner.spawn_refill(image_id);
         Ok(())
+    }
+
+    /// Removes every container of this instance, bounded (docs/docker.md, "Stopping").
+    async fn stop(&self) {
+        self.shutdown().await;
     }
 
     async fn ready(&self) -> bool {
