@@ -148,27 +148,20 @@ impl ProcessProvider {
             // Anything else came after a program started: it may have run.
             other => ProviderError::Failed(other.to_string()),
         };
+        // Whether node passed the startup check is the service's to ask (`Facts::languages`).
         match work {
-            Work::Javascript(js) => {
-                if !self.facts().languages.iter().any(|l| l == "javascript") {
-                    return Err(Refusal::unsupported(
-                        "node was not found by the startup check; javascript is unavailable",
-                    )
-                    .into());
-                }
-                self.runner
-                    .javascript(&js, timeout, env)
-                    .await
-                    .map(Answer::Javascript)
-                    .map_err(spawn_failed)
-            }
+            Work::Javascript(js) => self
+                .runner
+                .javascript(&js, timeout, env)
+                .await
+                .map(Answer::Javascript),
             Work::Project(p) => self
                 .runner
                 .project(&p, timeout, env)
                 .await
-                .map(Answer::Project)
-                .map_err(spawn_failed),
+                .map(Answer::Project),
         }
+        .map_err(spawn_failed)
     }
 }
 

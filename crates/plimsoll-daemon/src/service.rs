@@ -109,6 +109,13 @@ impl Service {
             ));
         };
         let work = match &req.payload {
+            // The one place a language the provider did not prove is refused.
+            Some(Payload::Javascript(_)) if !facts.languages.iter().any(|l| l == "javascript") => {
+                return Err(Refusal::unsupported(format!(
+                    "node did not pass the {} provider's startup check; javascript is unavailable",
+                    facts.name
+                )))
+            }
             Some(Payload::Javascript(js)) => Work::Javascript(js.clone()),
             Some(Payload::Project(p)) if facts.supports_project => Work::Project(p.clone()),
             Some(Payload::Project(_)) => {
