@@ -109,13 +109,6 @@ impl Service {
             ));
         };
         let work = match &req.payload {
-            // The one place a language the provider did not prove is refused.
-            Some(Payload::Javascript(_)) if !facts.languages.iter().any(|l| l == "javascript") => {
-                return Err(Refusal::unsupported(format!(
-                    "node did not pass the {} provider's startup check; javascript is unavailable",
-                    facts.name
-                )))
-            }
             Some(Payload::Javascript(js)) => Work::Javascript(js.clone()),
             Some(Payload::Project(p)) if facts.supports_project => Work::Project(p.clone()),
             Some(Payload::Project(_)) => {
@@ -175,6 +168,15 @@ impl Service {
             return Err(Refusal::capacity(
                 "the daemon is shutting down; send the run elsewhere or later",
             ));
+        }
+        // The one place a language the provider did not prove is refused: last, as the
+        // providers did at dispatch, so every other refusal keeps its precedence.
+        if matches!(work, Work::Javascript(_)) && !facts.languages.iter().any(|l| l == "javascript")
+        {
+            return Err(Refusal::unsupported(format!(
+                "node did not pass the {} provider's startup check; javascript is unavailable",
+                facts.name
+            )));
         }
         let ceiling = Duration::from_millis(facts.max_timeout_ms.max(1).into());
         let timeout = env
