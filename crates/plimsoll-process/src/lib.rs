@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plimsoll_core::{pb, Refusal, Tier};
+use plimsoll_core::{Refusal, Tier};
 use plimsoll_provider::{
     Answer, ConfigError, EnvSource, Facts, Provider, ProviderError, ProviderSetup,
     ProviderStartError, Shared, Variable, Work,
@@ -103,40 +103,21 @@ impl ProcessProvider {
             // Anything else came after a program started: it may have run.
             other => ProviderError::Failed(other.to_string()),
         };
+        // Whether node passed the startup check is the service's to ask (`Facts::languages`).
         match work {
-            Work::Javascript(js) => {
-                if !self.facts().languages.iter().any(|l| l == "javascript") {
-                    return Err(Refusal::unsupported(
-                        "node was not found by the startup check; javascript is unavailable",
-                    )
-                    .into());
-                }
-                self.runner
-                    .javascript(&js, timeout, env)
-                    .await
-                    .map(Answer::Javascript)
-                    .map_err(spawn_failed)
-            }
+            Work::Javascript(js) => self
+                .runner
+                .javascript(&js, timeout, env)
+                .await
+                .map(Answer::Javascript),
             Work::Project(p) => self
                 .runner
                 .project(&p, timeout, env)
                 .await
-                .map(Answer::Project)
-                .map_err(spawn_failed),
+                .map(Answer::Project),
         }
+        .map_err(spawn_failed)
     }
-}
-
-/// A fresh private directory (0700) for one run's grant clients.
-fn grant_client_dir(parent: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
-    use rand::RngCore;
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::create_dir_all(parent)?;
-    let mut b = [0u8; 16];
-    rand::rngs::OsRng.fill_bytes(&mut b);
-    let dir = parent.join(format!("g-{}", hex::encode(b)));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-    Ok(dir)
 }
 
 #[async_trait::async_trait]
@@ -190,56 +171,22 @@ impl Provider for ProcessProvider {
                 "the process provider could not prepare the run's grant: {e}"
             )))
         };
-        let dir = grant_client_dir(&self.grants_dir).map_err(|e| not_ready(e.to_string()))?;
-        let prepared = async {
-            let files = plimsoll_grants::client::write(&dir).map_err(|e| e.to_string())?;
-            let relay = grant.open_loopback().await.map_err(|e| e.to_string())?;
-            let mut vars = relay.env();
-            vars.push((
-                plimsoll_grants::env_names::JS.into(),
-                files.js.to_string_lossy().into_owned(),
-            ));
-            vars.push((
-                plimsoll_grants::env_names::PY.into(),
-                files.py.to_string_lossy().into_owned(),
-            ));
-            let env = RunEnv::new(vars).map_err(|e| e.to_string())?;
-            Ok::<_, String>((relay, env))
-        }
-        .await;
-        let (relay, env) = match prepared {
-            Ok(p) => p,
+        let prepared = plimsoll_grants::prepare::loopback(&grant, &self.grants_dir)
+            .await
+            .map_err(|e| not_ready(e.to_string()))?;
+        let env = match RunEnv::new(prepared.vars().to_vec()) {
+            Ok(env) => env,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(not_ready(e));
+                prepared.close().await;
+                return Err(not_ready(e.to_string()));
             }
         };
-        let work = match work {
-            Work::Project(mut p) => {
-                for (name, text) in [
-                    (
-                        plimsoll_grants::client::JS_NAME,
-                        plimsoll_grants::client::JS,
-                    ),
-                    (
-                        plimsoll_grants::client::PY_NAME,
-                        plimsoll_grants::client::PY,
-                    ),
-                ] {
-                    if !p.files.iter().any(|f| f.path == name) {
-                        p.files.push(pb::ProjectFile {
-                            path: name.into(),
-                            content: text.into(),
-                        });
-                    }
-                }
-                Work::Project(p)
-            }
-            other => other,
-        };
+        let mut work = work;
+        if let Work::Project(p) = &mut work {
+            plimsoll_grants::prepare::add_clients(p);
+        }
         let out = self.run_with(work, timeout, &env).await;
-        relay.close().await;
-        let _ = std::fs::remove_dir_all(&dir);
+        prepared.close().await;
         out
     }
 }
