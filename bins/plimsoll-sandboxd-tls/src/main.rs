@@ -11,8 +11,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use plimsoll_config::ProcessEnv;
 use plimsoll_tls::supervise::{check_sandboxd_flags, flags_for_upstream, NotReady, Sandboxd};
-use plimsoll_tls::terminator::{env, TerminatorConfig};
+use plimsoll_tls::terminator::{env, TerminatorConfig, VARIABLES};
 use plimsoll_tls::{CertDir, Terminator};
 
 const DEFAULT_SANDBOXD: &str = "/usr/local/bin/plimsoll-sandboxd";
@@ -20,7 +21,7 @@ const DEFAULT_SANDBOXD: &str = "/usr/local/bin/plimsoll-sandboxd";
 /// How long sandboxd gets to stop after the drain before SIGKILL.
 const SANDBOXD_STOP_GRACE: Duration = Duration::from_secs(10);
 
-const HELP: &str = "\
+const USAGE: &str = "\
 plimsoll-sandboxd-tls: the pod-side TLS 1.3 terminator in front of plimsoll-sandboxd
 
 Usage: plimsoll-sandboxd-tls SANDBOXD-FLAGS...
@@ -32,22 +33,6 @@ sandboxd, waits until it accepts on 127.0.0.1:9091, then serves TLS 1.3 with ALP
 :9090 using tls.crt and tls.key from /etc/plimsoll/sandboxd-tls, and forwards each
 connection to sandboxd. A rotated Secret is picked up without a restart; open connections
 keep going. `--log-format json|text` is read from sandboxd's flags too.
-
-Environment (all optional):
-  PLIMSOLL_SANDBOXD_BIN                       sandboxd's path [/usr/local/bin/plimsoll-sandboxd]
-  PLIMSOLL_SANDBOXD_TLS_DIR                   Secret directory [/etc/plimsoll/sandboxd-tls]
-  PLIMSOLL_SANDBOXD_TLS_LISTEN                TLS listen address [0.0.0.0:9090]
-  PLIMSOLL_SANDBOXD_TLS_UPSTREAM              sandboxd's address, loopback only; replaces the
-                                              two required flags when sandboxd is started
-                                              (tests running several pairs) [127.0.0.1:9091]
-  PLIMSOLL_SANDBOXD_TLS_HANDSHAKE_TIMEOUT_MS  TLS handshake bound [10000]
-  PLIMSOLL_SANDBOXD_TLS_IDLE_TIMEOUT_MS       close after no byte either way [120000]
-  PLIMSOLL_SANDBOXD_TLS_MAX_CONNECTIONS       established (forwarding) connections at once [64]
-  PLIMSOLL_SANDBOXD_TLS_MAX_HANDSHAKES        connections not yet forwarding (handshaking) at
-                                              once, apart from the established ones [128]
-  PLIMSOLL_SANDBOXD_TLS_DRAIN_TIMEOUT_MS      drain bound after SIGTERM [20000]
-  PLIMSOLL_SANDBOXD_TLS_RELOAD_INTERVAL_MS    Secret poll interval [2000]
-  PLIMSOLL_SANDBOXD_TLS_STARTUP_TIMEOUT_MS    wait for sandboxd to accept [30000]
 
 Exit codes:
   0        stopped by SIGTERM/SIGINT, drained, sandboxd stopped
@@ -82,7 +67,12 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
         [a] if a == "--help" || a == "-h" => {
-            print!("{HELP}");
+            let (usage, exit_codes) =
+                USAGE.split_at(USAGE.find("Exit codes:").unwrap_or(USAGE.len()));
+            print!(
+                "{usage}Environment (all optional):\n{}\n{exit_codes}",
+                plimsoll_config::help(&[VARIABLES])
+            );
             return ExitCode::SUCCESS;
         }
         [a] if a == "--version" || a == "-V" => {
@@ -95,14 +85,14 @@ fn main() -> ExitCode {
         return fail(2, e);
     }
     plimsoll_log::init(log_format(&args));
-    let cfg = match TerminatorConfig::from_env(|k| std::env::var(k).ok()) {
+    let cfg = match TerminatorConfig::from_env(&ProcessEnv) {
         Ok(c) => c,
         Err(e) => return fail(2, e),
     };
-    for (k, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
-        if k.starts_with("PLIMSOLL_SANDBOXD_TLS_") && !env::ALL.contains(&k.as_str()) {
-            tracing::warn!("unknown variable {k} ignored (see --help for the variables read)");
-        }
+    for k in
+        plimsoll_config::unknown_variables(&ProcessEnv, &["PLIMSOLL_SANDBOXD_TLS_"], &[VARIABLES])
+    {
+        tracing::warn!("unknown variable {k} ignored (see --help for the variables read)");
     }
     let bin = std::env::var_os(env::SANDBOXD_BIN)
         .filter(|v| !v.is_empty())

@@ -63,14 +63,13 @@ pub struct RunArgs {
 }
 
 /// The embedded daemon's provider for these arguments.
-fn embedded_provider(args: &RunArgs) -> Result<plimsoll_daemon::ProviderKind, Fail> {
-    use plimsoll_daemon::ProviderKind;
+fn embedded_provider(args: &RunArgs) -> Result<&'static str, Fail> {
     match (args.provider.as_deref(), args.project.is_some()) {
         (Some("quickjs"), true) => Err(Fail::usage(
             "--provider quickjs runs JavaScript snippets only; a --project needs --provider process",
         )),
-        (Some("quickjs"), false) | (None, false) => Ok(ProviderKind::QuickJs),
-        _ => Ok(ProviderKind::Process),
+        (Some("quickjs"), false) | (None, false) => Ok("quickjs"),
+        _ => Ok("process"),
     }
 }
 
@@ -91,7 +90,7 @@ struct Session {
 }
 
 impl Session {
-    async fn open(conn: &Conn, provider: plimsoll_daemon::ProviderKind) -> Result<Session, Fail> {
+    async fn open(conn: &Conn, provider: &'static str) -> Result<Session, Fail> {
         match conn
             .addr
             .as_deref()
@@ -129,7 +128,7 @@ impl Session {
 
     /// Starts an in-process daemon with `provider` that accepts one caller, whose token
     /// lives only in this process's memory.
-    async fn embedded(provider: plimsoll_daemon::ProviderKind) -> Result<Session, Fail> {
+    async fn embedded(provider: &'static str) -> Result<Session, Fail> {
         let token = generate_token();
         let file = CallersFile {
             clients: vec![Caller {
@@ -141,12 +140,19 @@ impl Session {
         let registry =
             Registry::new(file).map_err(|e| Fail::connect(format!("embedded daemon: {e}")))?;
         let mut cfg = plimsoll_daemon::Config::embedded(registry);
-        cfg.provider = provider;
+        // The embedded providers read no variable of their own: an empty source gives their
+        // defaults, never the caller's environment.
+        cfg.provider = plimsoll_daemon::ProviderConfig::from_env(
+            provider,
+            &plimsoll_daemon::env::MapEnv::default(),
+            &cfg.shared,
+        )
+        .map_err(|e| Fail::connect(format!("the embedded daemon did not start: {e}")))?;
         let daemon = plimsoll_daemon::start(cfg)
             .await
             .map_err(|e| Fail::connect(format!("the embedded daemon did not start: {e}")))?;
         let url = format!("http://{}", daemon.rpc_addr());
-        tracing::info!(addr = %url, provider = provider.as_str(), "embedded daemon started");
+        tracing::info!(addr = %url, provider, "embedded daemon started");
         let client = match Client::connect(
             &url,
             ClientOptions {
@@ -296,7 +302,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Fail> {
 
 /// `plimsoll describe`.
 pub async fn describe(args: DescribeArgs) -> Result<u8, Fail> {
-    let mut session = Session::open(&args.conn, plimsoll_daemon::ProviderKind::QuickJs).await?;
+    let mut session = Session::open(&args.conn, "quickjs").await?;
     let answer = session.client.describe().await;
     session.close().await;
     let d = answer?;

@@ -1,9 +1,17 @@
 //! The provider's typed configuration, parsed from the `SANDBOX_AGENTSANDBOX_*` variables
-//! that plimsolld's configuration reads in one place (it hands them over through a lookup
-//! function, so tests never touch the process environment).
+//! ([`VARIABLES`]) through the environment source plimsolld hands over (so tests never touch
+//! the process environment), and the hardened-mode safeguard only this provider has.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use plimsoll_provider::{
+    ConfigError, EnvSource, Provider, ProviderSetup, ProviderStartError, Shared, Variable, Vars,
+};
+
+/// The provider's name.
+pub const NAME: &str = "agentsandbox";
 
 /// The port plimsolld dials on every pod: the terminator's TLS listener.
 pub const SANDBOXD_PORT: u16 = 9090;
@@ -18,8 +26,8 @@ pub const DEFAULT_WARM_POOL: &str = "plimsoll-pool";
 pub const DEFAULT_CLAIM_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Every variable this provider reads, with one line of help (plimsolld lists them in
-/// `--help`; the daemon's own table carries the same names).
-pub const VARIABLES: &[(&str, &str)] = &[
+/// `--help`).
+pub const VARIABLES: &[Variable] = &[
     (
         "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE",
         "PEM CA certificates the pod certificate must chain to (required)",
@@ -52,17 +60,14 @@ pub const VARIABLES: &[(&str, &str)] = &[
         "SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS",
         "how long a run waits for its SandboxClaim to be Ready (default 60000); then capacity",
     ),
+    (
+        ENCRYPTED_POD_NETWORK,
+        "operator's statement that the pod network is authenticated and encrypted",
+    ),
 ];
 
-/// A bad or missing variable: its name and what to fix.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{name}: {message}")]
-pub struct ConfigError {
-    /// The variable.
-    pub name: &'static str,
-    /// What is wrong and what to do.
-    pub message: String,
-}
+/// The operator's statement hardened mode needs until per-pod keys exist.
+const ENCRYPTED_POD_NETWORK: &str = "SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK";
 
 /// Everything the agent-sandbox provider needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +95,9 @@ pub struct AgentSandboxConfig {
     /// it. Test hook: tests that run many fake pods on one machine set it through this
     /// field.
     pub sandboxd_port: u16,
+    /// `SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK`: the operator's statement that the pod
+    /// network is authenticated and encrypted (hardened mode needs it).
+    pub encrypted_pod_network: bool,
 }
 
 impl AgentSandboxConfig {
@@ -106,72 +114,85 @@ impl AgentSandboxConfig {
             claim_timeout: DEFAULT_CLAIM_TIMEOUT,
             claim_poll_max: Duration::from_millis(250),
             sandboxd_port: SANDBOXD_PORT,
+            encrypted_pod_network: false,
         }
     }
 
-    /// Reads the `SANDBOX_AGENTSANDBOX_*` variables through `get` (unset or empty means the
-    /// default). The CA file and the token file are required.
-    pub fn from_env(
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<AgentSandboxConfig, ConfigError> {
-        let val = |n: &str| {
-            get(n)
-                .map(|v| v.trim().to_owned())
-                .filter(|v| !v.is_empty())
-        };
-        let ca_file = val("SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE").ok_or_else(|| ConfigError {
-            name: "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE",
-            message: "is required with SANDBOX_PROVIDER=agentsandbox: set it to a PEM file holding the \
-                      CA certificate(s) the pods' sandboxd certificate chains to (see docs/agent-sandbox.md)"
-                .into(),
-        })?;
-        let token_file = val("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE").ok_or_else(|| ConfigError {
-            name: "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
-            message: "is required with SANDBOX_PROVIDER=agentsandbox: set it to the file holding the \
-                      sandboxd token (the same token the pods' --token-file holds)"
-                .into(),
-        })?;
+    /// Reads the `SANDBOX_AGENTSANDBOX_*` variables (unset or empty means the default). The
+    /// CA file and the token file are required.
+    pub fn read(env: &dyn EnvSource) -> Result<AgentSandboxConfig, ConfigError> {
+        let v = Vars::new(env);
+        let ca_file = v.string("SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE").ok_or_else(|| ConfigError::new(
+            "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE",
+            "is required with SANDBOX_PROVIDER=agentsandbox: set it to a PEM file holding the \
+             CA certificate(s) the pods' sandboxd certificate chains to (see docs/agent-sandbox.md)",
+        ))?;
+        let token_file = v
+            .string("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE")
+            .ok_or_else(|| {
+                ConfigError::new(
+            "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
+            "is required with SANDBOX_PROVIDER=agentsandbox: set it to the file holding the \
+             sandboxd token (the same token the pods' --token-file holds)",
+        )
+            })?;
         let mut c = AgentSandboxConfig::new(ca_file, token_file);
-        if let Some(v) = val("SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME") {
-            if rustls_name_ok(&v) {
-                c.server_name = v;
-            } else {
-                return Err(ConfigError {
-                    name: "SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME",
-                    message: format!(
-                        "{v:?} is not a DNS name; use the name in the pods' certificate"
-                    ),
-                });
+        if let Some(name) = v.string("SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME") {
+            if !rustls_name_ok(&name) {
+                return Err(ConfigError::new(
+                    "SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME",
+                    format!("{name:?} is not a DNS name; use the name in the pods' certificate"),
+                ));
             }
+            c.server_name = name;
         }
         for (name, slot) in [
             ("SANDBOX_AGENTSANDBOX_NAMESPACE", &mut c.namespace),
             ("SANDBOX_AGENTSANDBOX_TEMPLATE", &mut c.template),
             ("SANDBOX_AGENTSANDBOX_WARM_POOL", &mut c.warm_pool),
         ] {
-            if let Some(v) = val(name) {
-                if !is_dns_label_or_subdomain(&v) {
-                    return Err(ConfigError {
+            if let Some(value) = v.string(name) {
+                if !is_dns_label_or_subdomain(&value) {
+                    return Err(ConfigError::new(
                         name,
-                        message: format!("{v:?} is not a Kubernetes object name (lower-case letters, digits, '-' and '.')"),
-                    });
+                        format!("{value:?} is not a Kubernetes object name (lower-case letters, digits, '-' and '.')"),
+                    ));
                 }
-                *slot = v;
+                *slot = value;
             }
         }
-        c.kubeconfig = val("SANDBOX_AGENTSANDBOX_KUBECONFIG").map(PathBuf::from);
-        if let Some(v) = val("SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS") {
-            match v.parse::<u64>() {
-                Ok(ms) if ms > 0 => c.claim_timeout = Duration::from_millis(ms),
-                _ => {
-                    return Err(ConfigError {
-                        name: "SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS",
-                        message: format!("{v:?} is not a positive number of milliseconds"),
-                    })
-                }
-            }
-        }
+        c.kubeconfig = v.path("SANDBOX_AGENTSANDBOX_KUBECONFIG");
+        c.claim_timeout = v.millis(
+            "SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS",
+            DEFAULT_CLAIM_TIMEOUT,
+        )?;
+        c.encrypted_pod_network = v.bool(ENCRYPTED_POD_NETWORK)?;
         Ok(c)
+    }
+}
+
+impl ProviderSetup for AgentSandboxConfig {
+    const NAME: &'static str = NAME;
+    const VARIABLES: &'static [Variable] = VARIABLES;
+
+    fn from_env(env: &dyn EnvSource, _: &Shared) -> Result<Self, ConfigError> {
+        AgentSandboxConfig::read(env)
+    }
+
+    /// The statement is a boolean like every other, checked whatever the provider.
+    fn check_unselected(env: &dyn EnvSource, _: &str) -> Result<(), ConfigError> {
+        Vars::new(env).bool(ENCRYPTED_POD_NETWORK).map(|_| ())
+    }
+
+    fn build(&self) -> Result<Arc<dyn Provider>, ProviderStartError> {
+        Ok(Arc::new(crate::AgentSandboxProvider::new(self.clone())?))
+    }
+
+    fn hardened_gaps(&self) -> Vec<String> {
+        if self.encrypted_pod_network {
+            return Vec::new();
+        }
+        vec![format!("{ENCRYPTED_POD_NETWORK} is not 1; until per-pod keys exist, hardened mode needs your statement that the pod network is authenticated and encrypted")]
     }
 }
 
@@ -193,14 +214,9 @@ pub fn is_dns_label_or_subdomain(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |n| m.get(n).cloned()
+    fn env(pairs: &[(&str, &str)]) -> plimsoll_config::MapEnv {
+        plimsoll_config::MapEnv::from_pairs(pairs.iter().copied())
     }
 
     const BASE: [(&str, &str); 2] = [
@@ -216,16 +232,16 @@ mod tests {
 
     #[test]
     fn the_ca_file_is_required_and_named() {
-        let e = AgentSandboxConfig::from_env(env(&[BASE[1]])).unwrap_err();
+        let e = AgentSandboxConfig::read(&env(&[BASE[1]])).unwrap_err();
         assert_eq!(e.name, "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE");
         assert!(e.message.contains("required"), "{e}");
-        let e = AgentSandboxConfig::from_env(env(&[BASE[0]])).unwrap_err();
+        let e = AgentSandboxConfig::read(&env(&[BASE[0]])).unwrap_err();
         assert_eq!(e.name, "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE");
     }
 
     #[test]
     fn defaults_match_the_shipped_manifests_and_the_contract() {
-        let c = AgentSandboxConfig::from_env(env(&BASE)).unwrap();
+        let c = AgentSandboxConfig::read(&env(&BASE)).unwrap();
         assert_eq!(c.server_name, "sandboxd.plimsoll.invalid");
         assert_eq!(c.sandboxd_port, 9090);
         assert_eq!(c.namespace, "plimsoll-sandboxes");
@@ -247,7 +263,7 @@ mod tests {
         ] {
             let mut pairs = BASE.to_vec();
             pairs.push((k, v));
-            let e = AgentSandboxConfig::from_env(env(&pairs)).unwrap_err();
+            let e = AgentSandboxConfig::read(&env(&pairs)).unwrap_err();
             assert_eq!(e.name, k, "{k}={v}: {e}");
         }
     }
@@ -263,7 +279,7 @@ mod tests {
             ("SANDBOX_AGENTSANDBOX_KUBECONFIG", "/tmp/kc"),
             ("SANDBOX_AGENTSANDBOX_CLAIM_TIMEOUT_MS", "1500"),
         ]);
-        let c = AgentSandboxConfig::from_env(env(&pairs)).unwrap();
+        let c = AgentSandboxConfig::read(&env(&pairs)).unwrap();
         assert_eq!(c.server_name, "pods.example.internal");
         assert_eq!(c.kubeconfig, Some(PathBuf::from("/tmp/kc")));
         assert_eq!(c.claim_timeout, Duration::from_millis(1500));

@@ -15,6 +15,7 @@ pub mod crd;
 pub mod provider;
 pub mod readback;
 
-pub use config::{AgentSandboxConfig, ConfigError};
+pub use config::AgentSandboxConfig;
+pub use plimsoll_provider::ConfigError;
 pub use provider::{AgentSandboxProvider, Phases};
 pub use readback::{read_back, Drift, DriftKind, ReadBack};

@@ -31,10 +31,7 @@ const CLAIM_EXPIRY_MARGIN: Duration = Duration::from_secs(120);
 const SMOKE_STEP: &str = "echo plimsoll-smoke";
 
 fn start_error(message: impl Into<String>) -> ProviderStartError {
-    ProviderStartError {
-        provider: NAME.into(),
-        message: message.into(),
-    }
+    ProviderStartError::new(NAME, message)
 }
 
 /// Where the time of one run went.
@@ -286,29 +283,12 @@ impl AgentSandboxProvider {
                 Phases::default(),
             );
         };
-        let timeout_ms = u32::try_from(timeout.as_millis())
-            .unwrap_or(MAX_TIMEOUT_MS)
-            .clamp(1, MAX_TIMEOUT_MS);
-        let payload = match work {
-            Work::Javascript(js) => execute_request::Payload::Javascript(js),
-            Work::Project(p) => execute_request::Payload::Project(p),
-        };
-        let req = ExecuteRequest {
-            timeout_ms,
-            env: Vec::new(),
-            trace_id: String::new(),
-            payload: Some(payload),
-        };
         let (out, phases) = self
             .with_pod(started, timeout, move |client| async move {
-                let resp = client.execute(req).await.map_err(RunError::Call)?;
-                match resp.result {
-                    Some(execute_response::Result::Javascript(r)) => Ok(Answer::Javascript(r)),
-                    Some(execute_response::Result::Project(r)) => Ok(Answer::Project(r)),
-                    None => Err(RunError::Answer(
-                        "sandboxd answered without a result; the payload may have run".into(),
-                    )),
-                }
+                client
+                    .run(work, timeout, Vec::new())
+                    .await
+                    .map_err(RunError::Call)
             })
             .await;
         let pod = phases.pod.map_or_else(

@@ -43,10 +43,10 @@ fn config(
     pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let mut cfg = config_from(&pairs)?;
     // Test hook: the fake pods listen on another port than 9090.
-    cfg.agentsandbox
-        .as_mut()
-        .expect("agentsandbox settings")
-        .sandboxd_port = s.cluster.pod_port();
+    let plimsoll_daemon::ProviderConfig::AgentSandbox(a) = &mut cfg.provider else {
+        panic!("not the agentsandbox provider: {:?}", cfg.provider)
+    };
+    a.sandboxd_port = s.cluster.pod_port();
     Ok(cfg)
 }
 

@@ -13,5 +13,5 @@ pub mod provider;
 pub mod server;
 pub mod service;
 
-pub use config::{Config, ProviderKind};
+pub use config::{Config, ProviderConfig};
 pub use server::{start, start_until, RunningDaemon, StartError};

@@ -1,77 +1,169 @@
-//! The providers built into plimsolld, and the factory that picks one from the
-//! configuration. The interface itself is `plimsoll_provider`.
+//! The providers plimsolld can run, in one list, and the disabled provider.
+//!
+//! Each provider lives in its own crate and implements `plimsoll_provider::ProviderSetup`
+//! on its configuration type (its name, its variables, how it reads them, its hardened-mode
+//! gaps, how it is built). The [`providers!`] list below is the only place the daemon names
+//! them: adding a provider is one crate and one line here (ARCHITECTURE.md, "Adding a
+//! provider").
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use plimsoll_core::{pb, Refusal, Tier};
-use plimsoll_runner::{RunEnv, Runner, RunnerConfig};
+use plimsoll_config::{ConfigError, EnvSource, Variable};
+use plimsoll_core::Refusal;
 
-pub use plimsoll_provider::{Answer, Facts, Provider, ProviderError, ProviderStartError, Work};
+pub use plimsoll_provider::{
+    Answer, Facts, Provider, ProviderError, ProviderSetup, ProviderStartError, Resources, Shared,
+    StartFailure, Work,
+};
 
-use crate::config::{Config, ProviderKind};
+/// Generates [`ProviderConfig`] (one variant per provider, plus `Disabled`) and the
+/// dispatch from a provider's name to its `ProviderSetup` type.
+macro_rules! providers {
+    ($($(#[$doc:meta])* $variant:ident => $setup:ty),* $(,)?) => {
+        /// The chosen provider and its settings. Only the chosen provider's settings exist,
+        /// so a configuration for two providers at once cannot be built.
+        // Built once at startup; boxing the larger settings would buy nothing.
+        #[allow(clippy::large_enum_variant)]
+        #[derive(Debug, Clone)]
+        pub enum ProviderConfig {
+            /// Runs nothing; every run is refused marked `unsupported` (`SANDBOX_PROVIDER`
+            /// unset or `disabled`).
+            Disabled,
+            $($(#[$doc])* $variant($setup),)*
+        }
+
+        impl ProviderConfig {
+            /// Every provider's name, in the list's order.
+            pub const NAMES: &'static [&'static str] =
+                &[$(<$setup as ProviderSetup>::NAME),*];
+
+            /// Every provider's variable table, in the list's order.
+            pub fn tables() -> Vec<&'static [Variable]> {
+                vec![$(<$setup as ProviderSetup>::VARIABLES),*]
+            }
+
+            /// The name in `SANDBOX_PROVIDER`.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    ProviderConfig::Disabled => DISABLED,
+                    $(ProviderConfig::$variant(_) => <$setup as ProviderSetup>::NAME,)*
+                }
+            }
+
+            /// Reads the settings of the provider called `name` (`disabled` reads nothing).
+            pub fn from_env(
+                name: &str,
+                env: &dyn EnvSource,
+                shared: &Shared,
+            ) -> Result<ProviderConfig, ConfigError> {
+                $(if name == <$setup as ProviderSetup>::NAME {
+                    return <$setup as ProviderSetup>::from_env(env, shared)
+                        .map(ProviderConfig::$variant);
+                })*
+                check_name(name).map(|()| ProviderConfig::Disabled)
+            }
+
+            /// Checks the variables of every provider but `chosen` (a malformed value, or one
+            /// that would silently do nothing, names its variable).
+            pub fn check_unselected(chosen: &str, env: &dyn EnvSource) -> Result<(), ConfigError> {
+                check_name(chosen)?;
+                $(if chosen != <$setup as ProviderSetup>::NAME {
+                    <$setup as ProviderSetup>::check_unselected(env, chosen)?;
+                })*
+                Ok(())
+            }
+
+            /// Builds the provider, ready for its startup checks.
+            pub fn build(&self) -> Result<Arc<dyn Provider>, ProviderStartError> {
+                match self {
+                    ProviderConfig::Disabled => Ok(Arc::new(Disabled)),
+                    $(ProviderConfig::$variant(c) => c.build(),)*
+                }
+            }
+
+            /// Hardened mode's safeguards the provider's settings lack.
+            pub fn hardened_gaps(&self) -> Vec<String> {
+                match self {
+                    ProviderConfig::Disabled => Vec::new(),
+                    $(ProviderConfig::$variant(c) => c.hardened_gaps(),)*
+                }
+            }
+
+            /// The limits runs get, as `Describe` states them.
+            pub fn resources(&self, shared: Resources) -> Resources {
+                match self {
+                    ProviderConfig::Disabled => shared,
+                    $(ProviderConfig::$variant(c) => c.resources(shared),)*
+                }
+            }
+
+            /// Whether runs share plimsolld's user with no wall between them.
+            pub fn runs_share_one_user(&self) -> bool {
+                match self {
+                    ProviderConfig::Disabled => false,
+                    $(ProviderConfig::$variant(_) => <$setup as ProviderSetup>::RUNS_SHARE_ONE_USER,)*
+                }
+            }
+        }
+    };
+}
+
+providers! {
+    /// JavaScript snippets in QuickJS, one locked-down worker process per run (tier
+    /// `process`; needs nothing installed).
+    QuickJs => plimsoll_quickjs::QuickJsConfig,
+    /// The runner in child processes of plimsolld (tier `process`).
+    Process => plimsoll_process::ProcessConfig,
+    /// Locked-down containers through the Docker Engine API.
+    Docker => plimsoll_docker::DockerConfig,
+    /// Pods from a kubernetes-sigs/agent-sandbox warm pool over TLS.
+    AgentSandbox => plimsoll_agentsandbox::AgentSandboxConfig,
+}
+
+/// The disabled provider's name.
+pub const DISABLED: &str = "disabled";
+
+/// `disabled`, or a provider in the list; anything else names `SANDBOX_PROVIDER`.
+fn check_name(name: &str) -> Result<(), ConfigError> {
+    if name == DISABLED || ProviderConfig::NAMES.contains(&name) {
+        return Ok(());
+    }
+    let names = ProviderConfig::NAMES;
+    let list = match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => names.join(""),
+    };
+    Err(ConfigError::new(
+        "SANDBOX_PROVIDER",
+        format!("{name:?} is not a provider; use {list}"),
+    ))
+}
 
 /// What plimsolld calls last when it stops (after runs were drained, after a failed
-/// startup, or on a signal during startup): the docker provider removes every container of
-/// its instance here, bounded (docs/docker.md, "Stopping"). The other providers keep
-/// nothing outside the process that this would remove.
-#[derive(Debug, Clone, Default)]
-pub struct Stopper(Option<Arc<plimsoll_docker::DockerProvider>>);
+/// startup, or on a signal during startup): [`Provider::stop`], which for the docker
+/// provider removes every container of its instance, bounded (docs/docker.md, "Stopping").
+#[derive(Clone)]
+pub struct Stopper(Arc<dyn Provider>);
 
 impl Stopper {
+    /// The stopper of `provider`.
+    pub fn new(provider: Arc<dyn Provider>) -> Stopper {
+        Stopper(provider)
+    }
+
     /// Stops the provider; returns when what it started outside the process is removed.
     pub async fn stop(&self) {
-        if let Some(d) = &self.0 {
-            d.shutdown().await;
-        }
+        self.0.stop().await;
     }
 }
 
 /// Builds the provider the configuration names, and how to stop it.
-pub fn build(cfg: &Config) -> Result<(Arc<dyn Provider>, Stopper), ProviderStartError> {
-    match cfg.provider {
-        ProviderKind::Disabled => Ok((Arc::new(Disabled), Stopper::default())),
-        ProviderKind::QuickJs => {
-            let worker = match &cfg.quickjs_worker {
-                Some(path) => plimsoll_quickjs::WorkerCommand::binary(path.clone()),
-                None => plimsoll_quickjs::WorkerCommand::current_exe().map_err(|e| {
-                    ProviderStartError {
-                        provider: "quickjs".into(),
-                        message: format!("cannot find the running binary to start workers: {e}; set SANDBOX_QUICKJS_WORKER"),
-                    }
-                })?,
-            };
-            let mut q = plimsoll_quickjs::QuickJsConfig::new(worker);
-            q.memory_mb = cfg.resources.memory_mb;
-            q.output_bytes = cfg.output_bytes;
-            q.default_timeout = cfg.default_timeout.min(Duration::from_millis(
-                plimsoll_quickjs::provider::MAX_TIMEOUT_MS.into(),
-            ));
-            Ok((
-                Arc::new(plimsoll_quickjs::QuickJsProvider::new(q)),
-                Stopper::default(),
-            ))
-        }
-        ProviderKind::Process => Ok((Arc::new(ProcessProvider::new(cfg)?), Stopper::default())),
-        ProviderKind::Docker => {
-            let docker = cfg.docker.clone().ok_or_else(|| ProviderStartError {
-                provider: "docker".into(),
-                message: "SANDBOX_DOCKER_IMAGE is not set".into(),
-            })?;
-            let d = Arc::new(plimsoll_docker::DockerProvider::new(docker)?);
-            Ok((d.clone(), Stopper(Some(d))))
-        }
-        ProviderKind::AgentSandbox => {
-            let k = cfg.agentsandbox.clone().ok_or_else(|| ProviderStartError {
-                provider: "agentsandbox".into(),
-                message: "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE is not set".into(),
-            })?;
-            Ok((
-                Arc::new(plimsoll_agentsandbox::AgentSandboxProvider::new(k)?),
-                Stopper::default(),
-            ))
-        }
-    }
+pub fn build(
+    cfg: &crate::config::Config,
+) -> Result<(Arc<dyn Provider>, Stopper), ProviderStartError> {
+    let p = cfg.provider.build()?;
+    Ok((p.clone(), Stopper::new(p)))
 }
 
 /// The disabled provider: runs nothing.
@@ -82,7 +174,7 @@ pub struct Disabled;
 impl Provider for Disabled {
     fn facts(&self) -> Facts {
         Facts {
-            name: "disabled".into(),
+            name: DISABLED.into(),
             ..Default::default()
         }
     }
@@ -100,191 +192,24 @@ impl Provider for Disabled {
     }
 }
 
-/// The process provider: the runner in child processes of plimsolld. No OS wall.
-#[derive(Debug)]
-pub struct ProcessProvider {
-    runner: Runner,
-    languages: std::sync::OnceLock<Vec<String>>,
-    /// Per-run directories holding the grant clients (`state_dir/grants`).
-    grants_dir: std::path::PathBuf,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl ProcessProvider {
-    /// Prepares the runner under the state directory.
-    pub fn new(cfg: &Config) -> Result<ProcessProvider, ProviderStartError> {
-        let runner = Runner::new(RunnerConfig {
-            root_dir: cfg.state_dir.join("runs"),
-            limits: plimsoll_runner::Limits {
-                output_bytes: cfg.output_bytes,
-                ..Default::default()
-            },
-            default_timeout: cfg.default_timeout,
-        })
-        .map_err(|e| ProviderStartError {
-            provider: "process".into(),
-            message: e.to_string(),
-        })?;
-        Ok(ProcessProvider {
-            runner,
-            languages: Default::default(),
-            grants_dir: cfg.state_dir.join("grants"),
-        })
-    }
-
-    /// Runs `work` with `env` added to its programs' environment.
-    async fn run_with(
-        &self,
-        work: Work,
-        timeout: Duration,
-        env: &RunEnv,
-    ) -> Result<Answer, ProviderError> {
-        let spawn_failed = |e: plimsoll_runner::RunnerError| match e {
-            // Setup and spawn failures happen before any program of the run started.
-            plimsoll_runner::RunnerError::Setup(_) | plimsoll_runner::RunnerError::Spawn { .. } => {
-                ProviderError::Refused(Refusal::environment(format!(
-                    "the process provider could not start the run: {e}"
-                )))
-            }
-            // Anything else came after a program started: it may have run.
-            other => ProviderError::Failed(other.to_string()),
-        };
-        match work {
-            Work::Javascript(js) => {
-                if !self.facts().languages.iter().any(|l| l == "javascript") {
-                    return Err(Refusal::unsupported(
-                        "node was not found by the startup check; javascript is unavailable",
-                    )
-                    .into());
-                }
-                self.runner
-                    .javascript(&js, timeout, env)
-                    .await
-                    .map(Answer::Javascript)
-                    .map_err(spawn_failed)
-            }
-            Work::Project(p) => self
-                .runner
-                .project(&p, timeout, env)
-                .await
-                .map(Answer::Project)
-                .map_err(spawn_failed),
-        }
-    }
-}
-
-/// A fresh private directory (0700) for one run's grant clients.
-fn grant_client_dir(parent: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
-    use rand::RngCore;
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::create_dir_all(parent)?;
-    let mut b = [0u8; 16];
-    rand::rngs::OsRng.fill_bytes(&mut b);
-    let dir = parent.join(format!("g-{}", hex::encode(b)));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-    Ok(dir)
-}
-
-#[async_trait::async_trait]
-impl Provider for ProcessProvider {
-    fn facts(&self) -> Facts {
-        Facts {
-            name: "process".into(),
-            tier: Some(Tier::Process),
-            languages: self.languages.get().cloned().unwrap_or_default(),
-            supports_project: true,
-            max_timeout_ms: plimsoll_core::validate::MAX_TIMEOUT_MS,
-            supports_grants: true,
-            ..Default::default()
-        }
-    }
-
-    async fn start(&self) -> Result<(), ProviderStartError> {
-        let langs = self.runner.prove_languages().await;
-        if !langs.iter().any(|l| l == "shell") {
-            return Err(ProviderStartError {
-                provider: "process".into(),
-                message: "the smoke test could not run `sh -c`; check that /bin/sh exists".into(),
-            });
-        }
-        tracing::info!(languages = ?langs, "process provider smoke test passed");
-        let _ = self.languages.set(langs);
-        Ok(())
-    }
-
-    async fn ready(&self) -> bool {
-        self.runner.config().root_dir.is_dir()
-            || std::fs::create_dir_all(&self.runner.config().root_dir).is_ok()
-    }
-
-    async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError> {
-        self.run_with(work, timeout, &RunEnv::default()).await
-    }
-
-    /// The relay is a loopback port with the run's secret; the clients are written to a
-    /// private directory named by `PLIMSOLL_GRANT_JS` / `PLIMSOLL_GRANT_PY`, and a project
-    /// also gets them at the top of its working directory (unless it brings files of
-    /// those names). The relay closes, and the directory goes, when the run ends.
-    async fn run_granted(
-        &self,
-        work: Work,
-        timeout: Duration,
-        grant: plimsoll_grants::RunGrant,
-    ) -> Result<Answer, ProviderError> {
-        let not_ready = |e: String| {
-            ProviderError::Refused(Refusal::environment(format!(
-                "the process provider could not prepare the run's grant: {e}"
-            )))
-        };
-        let dir = grant_client_dir(&self.grants_dir).map_err(|e| not_ready(e.to_string()))?;
-        let prepared = async {
-            let files = plimsoll_grants::client::write(&dir).map_err(|e| e.to_string())?;
-            let relay = grant.open_loopback().await.map_err(|e| e.to_string())?;
-            let mut vars = relay.env();
-            vars.push((
-                plimsoll_grants::env_names::JS.into(),
-                files.js.to_string_lossy().into_owned(),
-            ));
-            vars.push((
-                plimsoll_grants::env_names::PY.into(),
-                files.py.to_string_lossy().into_owned(),
-            ));
-            let env = RunEnv::new(vars).map_err(|e| e.to_string())?;
-            Ok::<_, String>((relay, env))
-        }
-        .await;
-        let (relay, env) = match prepared {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(not_ready(e));
-            }
-        };
-        let work = match work {
-            Work::Project(mut p) => {
-                for (name, text) in [
-                    (
-                        plimsoll_grants::client::JS_NAME,
-                        plimsoll_grants::client::JS,
-                    ),
-                    (
-                        plimsoll_grants::client::PY_NAME,
-                        plimsoll_grants::client::PY,
-                    ),
-                ] {
-                    if !p.files.iter().any(|f| f.path == name) {
-                        p.files.push(pb::ProjectFile {
-                            path: name.into(),
-                            content: text.into(),
-                        });
-                    }
-                }
-                Work::Project(p)
-            }
-            other => other,
-        };
-        let out = self.run_with(work, timeout, &env).await;
-        relay.close().await;
-        let _ = std::fs::remove_dir_all(&dir);
-        out
+    #[test]
+    fn every_provider_is_listed_once_and_unknown_names_list_them() {
+        assert_eq!(
+            ProviderConfig::NAMES,
+            ["quickjs", "process", "docker", "agentsandbox"]
+        );
+        let e = check_name("wasm").unwrap_err();
+        assert_eq!(e.name, "SANDBOX_PROVIDER");
+        assert!(
+            e.message
+                .ends_with("use quickjs, process, docker or agentsandbox"),
+            "{e}"
+        );
+        check_name(DISABLED).unwrap();
+        assert_eq!(ProviderConfig::tables().len(), ProviderConfig::NAMES.len());
     }
 }

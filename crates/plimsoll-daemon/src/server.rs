@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::auth::Authenticator;
-use crate::config::{is_loopback, CallerAuth, Config, ProviderKind};
+use crate::config::{is_loopback, CallerAuth, Config, RESOURCE_VARIABLES};
 use crate::metrics::Metrics;
 use crate::provider::{self, Provider};
 use crate::service::Service;
@@ -24,7 +24,7 @@ use crate::service::Service;
 pub enum StartError {
     /// The provider could not be built or failed its smoke test.
     #[error(transparent)]
-    Provider(#[from] provider::ProviderStartError),
+    Provider(provider::ProviderStartError),
     /// The provider's proven tier is below `SANDBOX_MIN_ISOLATION`.
     #[error("SANDBOX_MIN_ISOLATION: the floor is {floor} and the {provider} provider proved {tier}; refusing to serve below the floor")]
     BelowFloor {
@@ -57,9 +57,9 @@ pub enum StartError {
         /// What is wrong.
         message: String,
     },
-    /// The startup ship scan refused the image (a refuse-mode find, or an unreadable file not
-    /// on its known list) or could not read it. Names the image ID and each place, never the
-    /// matched bytes.
+    /// The provider's startup ship scan refused the image (a refuse-mode find, or an
+    /// unreadable file not on its known list) or could not read it. Names the image ID and
+    /// each place, never the matched bytes.
     #[error("PLIMSOLL_WITHHELD_SET: {0}")]
     Withheld(String),
     /// The stop signal came before the daemon served; the provider was stopped (for
@@ -79,6 +79,15 @@ impl StartError {
             StartError::BelowFloor { .. } | StartError::Hardened(_) | StartError::Tls { .. } => 2,
             StartError::Provider(_) | StartError::Bind { .. } | StartError::Withheld(_) => 1,
             StartError::Stopped => 0,
+        }
+    }
+}
+
+impl From<provider::ProviderStartError> for StartError {
+    fn from(e: provider::ProviderStartError) -> StartError {
+        match e.kind {
+            provider::StartFailure::ShipScan => StartError::Withheld(e.message),
+            provider::StartFailure::Check => StartError::Provider(e),
         }
     }
 }
@@ -105,27 +114,20 @@ pub fn hardened_violations(cfg: &Config, tier: Option<Tier>) -> Vec<String> {
     if let Some(m) = cfg.metrics_addr.filter(|m| !is_loopback(m)) {
         v.push(format!("PLIMSOLL_METRICS_ADDR {m} is not loopback; the metrics listener serves plain HTTP (set it to a loopback address or off)"));
     }
-    for name in [
-        "SANDBOX_MEMORY_MB",
-        "SANDBOX_CPUS",
-        "SANDBOX_PIDS",
-        "SANDBOX_DISK_MB",
-    ] {
-        if !cfg.explicit_resources.contains(&name) {
+    for name in RESOURCE_VARIABLES {
+        if !cfg.shared.explicit_resources.contains(&name) {
             v.push(format!(
                 "{name} is not set; hardened mode needs an explicit positive resource envelope"
             ));
         }
     }
-    let r = &cfg.resources;
-    if cfg.explicit_resources.len() == 4
+    let r = &cfg.shared.resources;
+    if cfg.shared.explicit_resources.len() == 4
         && (r.memory_mb == 0 || r.cpus <= 0.0 || r.pids == 0 || r.disk_mb == 0)
     {
         v.push("SANDBOX_MEMORY_MB, SANDBOX_CPUS, SANDBOX_PIDS and SANDBOX_DISK_MB must all be greater than 0".into());
     }
-    if cfg.provider == ProviderKind::AgentSandbox && !cfg.encrypted_pod_network {
-        v.push("SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK is not 1; until per-pod keys exist, hardened mode needs your statement that the pod network is authenticated and encrypted".into());
-    }
+    v.extend(cfg.provider.hardened_gaps());
     v
 }
 
@@ -213,126 +215,6 @@ fn read_tls(cfg: &Config) -> Result<Option<tonic::transport::ServerTlsConfig>, S
     ))
 }
 
-/// Lines of a refused scan's message listed before "and N more".
-const WITHHELD_LINES: usize = 20;
-
-/// The startup ship scan: the image the docker provider verified at start (its content ID,
-/// from `Facts::environment`), exported by the engine and scanned against the withheld set.
-/// A refuse-mode find or an unreadable file not on that image's known list stops startup;
-/// audit-mode finds are logged. Nothing here prints matched bytes: a find names its place.
-async fn withheld_scan(
-    cfg: &Config,
-    w: &crate::config::WithheldScan,
-    facts: &provider::Facts,
-) -> Result<(), StartError> {
-    let fail = |m: String| StartError::Withheld(m);
-    let image_id = plimsoll_docker::provider::image_of_environment(&facts.environment)
-        .filter(|id| plimsoll_withheld::known::valid_image_id(id))
-        .ok_or_else(|| {
-            fail(format!(
-                "the {} provider did not state a verified image content ID (environment {:?}); nothing was scanned, refusing to serve",
-                facts.name, facts.environment
-            ))
-        })?;
-    let docker_cfg = cfg
-        .docker
-        .as_ref()
-        .ok_or_else(|| fail("the scan needs SANDBOX_PROVIDER=docker and its settings".into()))?;
-    let socket = docker_cfg.socket_path().map_err(fail)?;
-    let docker = plimsoll_docker::provider::connect(&socket)
-        .map_err(|e| fail(format!("cannot scan image {image_id}: {e}")))?
-        .negotiate_version()
-        .await
-        .map_err(|e| {
-            fail(format!(
-                "cannot scan image {image_id}: the Docker engine at unix://{} did not state its API version: {e}",
-                socket.display()
-            ))
-        })?;
-    let started = std::time::Instant::now();
-    tracing::info!(image = %image_id, set = %w.set_file.display(), entries = w.set.entries().len(), "withheld scan of the sandbox image");
-    let report = plimsoll_withheld::scan_engine_image(
-        &docker,
-        image_id,
-        &w.set,
-        &w.known,
-        &plimsoll_withheld::Limits::default(),
-    )
-    .await
-    .map_err(|e| {
-        fail(format!(
-            "cannot scan image {image_id}: {e}; refusing to serve an image that was not scanned"
-        ))
-    })?;
-    if report.image_id != image_id {
-        return Err(fail(format!(
-            "the engine's export of image {image_id} is keyed {}; refusing to serve an image that was not scanned",
-            report.image_id
-        )));
-    }
-    for f in report
-        .findings
-        .iter()
-        .filter(|f| f.mode == plimsoll_withheld::Mode::Audit)
-    {
-        tracing::warn!(image = %image_id, entry = %f.entry_id, layer = %f.layer, path = %f.path,
-            r#match = f.kind, "withheld material found (audit mode: logged, not refused)");
-    }
-    for u in report.unreadable.iter().filter(|u| u.known) {
-        tracing::info!(image = %image_id, layer = %u.layer, path = %u.path, reason = %u.reason,
-            size = u.size, "unreadable file on the image's known list (its bytes were not read)");
-    }
-    let verdict = report.verdict();
-    if !verdict.refuses() {
-        tracing::info!(image = %image_id, verdict = verdict.as_str(), files = report.files,
-            decoded_bytes = report.decoded_bytes, audit_finds = report.findings.len(),
-            known_unreadable = report.unreadable.len(), elapsed_ms = started.elapsed().as_millis() as u64,
-            "withheld scan passed");
-        return Ok(());
-    }
-    let mut lines: Vec<String> = report
-        .findings
-        .iter()
-        .filter(|f| f.mode == plimsoll_withheld::Mode::Refuse)
-        .map(|f| {
-            format!(
-                "refuse entry {:?} ({} match) in layer {} path {:?}",
-                f.entry_id, f.kind, f.layer, f.path
-            )
-        })
-        .collect();
-    let unknown: Vec<_> = report.unreadable.iter().filter(|u| !u.known).collect();
-    lines.extend(unknown.iter().map(|u| {
-        format!(
-            "unreadable ({}, {} bytes) and not on the image's known list: layer {} path {:?}",
-            u.reason, u.size, u.layer, u.path
-        )
-    }));
-    let more = lines.len().saturating_sub(WITHHELD_LINES) as u64 + report.omitted;
-    lines.truncate(WITHHELD_LINES);
-    if more > 0 {
-        lines.push(format!("and {more} more finds or unreadable files"));
-    }
-    let mut message = format!(
-        "refusing to serve image {image_id} ({}):\n  - {}",
-        verdict.as_str(),
-        lines.join("\n  - ")
-    );
-    if !unknown.is_empty() || report.omitted > 0 {
-        let known = w
-            .known_file
-            .as_ref()
-            .map_or("known-images.json".into(), |p| p.display().to_string());
-        message.push_str(&format!(
-            "\nAn unreadable file is refused until an operator has looked at it and listed it for this image: \
-             `plimsoll-withheld known-unreadable -set {} -known {known} {image_id}`, then set PLIMSOLL_WITHHELD_KNOWN_FILE={known}. \
-             Listing acknowledges unread bytes, not that they hold no secret.",
-            w.set_file.display()
-        ));
-    }
-    Err(fail(message))
-}
-
 /// Starts a daemon: provider smoke test, floor, hardened mode, listeners. Returns once
 /// the daemon is serving.
 pub async fn start(cfg: Config) -> Result<RunningDaemon, StartError> {
@@ -387,10 +269,6 @@ async fn start_with(
             });
         }
     }
-    // The image the provider verified is scanned before anything serves it.
-    if let Some(w) = &cfg.withheld {
-        withheld_scan(&cfg, w, &facts).await?;
-    }
     if cfg.hardened {
         let v = hardened_violations(&cfg, facts.tier);
         if !v.is_empty() {
@@ -410,8 +288,8 @@ async fn start_with(
         if !facts.supports_grants {
             tracing::warn!(provider = %facts.name, "PLIMSOLL_GRANTS_FILE is set but this provider offers no grants; granted requests are refused as unsupported");
         }
-        if cfg.provider == ProviderKind::Process && cfg.process_grants_trust_all_callers {
-            tracing::warn!("PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS=1: on the process provider any caller's run can use the grant of any other run alive at the same time (runs share one user and no wall); every caller is trusted with every grant");
+        if cfg.provider.runs_share_one_user() && cfg.process_grants_trust_all_callers {
+            tracing::warn!(provider = cfg.provider.name(), "PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS=1: on this provider any caller's run can use the grant of any other run alive at the same time (runs share one user and no wall); every caller is trusted with every grant");
         }
         // The credentials now live in this process. Code running as the same user (the
         // process tier has no wall) could otherwise read them from /proc/<pid>/environ or
@@ -427,8 +305,8 @@ async fn start_with(
     let service = Service::new(
         provider.clone(),
         cfg.max_concurrent,
-        cfg.default_timeout,
-        cfg.resources,
+        cfg.shared.default_timeout,
+        cfg.run_resources(),
         draining.clone(),
         metrics.clone(),
     )

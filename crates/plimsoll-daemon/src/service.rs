@@ -169,6 +169,15 @@ impl Service {
                 "the daemon is shutting down; send the run elsewhere or later",
             ));
         }
+        // The one place a language the provider did not prove is refused: last, as the
+        // providers did at dispatch, so every other refusal keeps its precedence.
+        if matches!(work, Work::Javascript(_)) && !facts.languages.iter().any(|l| l == "javascript")
+        {
+            return Err(Refusal::unsupported(format!(
+                "node did not pass the {} provider's startup check; javascript is unavailable",
+                facts.name
+            )));
+        }
         let ceiling = Duration::from_millis(facts.max_timeout_ms.max(1).into());
         let timeout = env
             .timeout_ms

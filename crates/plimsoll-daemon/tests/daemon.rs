@@ -378,18 +378,19 @@ async fn health_ready_and_metrics_endpoints() {
 #[tokio::test]
 async fn startup_floor_and_hardened_mode_refuse_to_serve() {
     let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_str().unwrap();
     let env = |extra: &[(&'static str, &'static str)]| {
         let mut p = vec![
             ("PLIMSOLL_INSECURE", "1"),
             ("SANDBOX_PROVIDER", "process"),
             ("PLIMSOLL_METRICS_ADDR", "off"),
             ("PLIMSOLL_ADDR", "127.0.0.1:0"),
+            ("PLIMSOLL_STATE_DIR", state),
         ];
         p.extend_from_slice(extra);
         Config::from_env(&MapEnv::from_pairs(p))
     };
-    let mut cfg = env(&[("SANDBOX_MIN_ISOLATION", "container")]).unwrap();
-    cfg.state_dir = dir.path().into();
+    let cfg = env(&[("SANDBOX_MIN_ISOLATION", "container")]).unwrap();
     let e = start(cfg)
         .await
         .err()
@@ -405,15 +406,15 @@ async fn startup_floor_and_hardened_mode_refuse_to_serve() {
     let mut file = plimsoll_callers::CallersFile::default();
     file.add("a", &[]).unwrap();
     file.save(&callers).unwrap();
-    let mut cfg = Config::from_env(&MapEnv::from_pairs([
+    let cfg = Config::from_env(&MapEnv::from_pairs([
         ("PLIMSOLL_CLIENTS_FILE", callers.to_str().unwrap()),
         ("PLIMSOLL_HARDENED", "1"),
         ("SANDBOX_PROVIDER", "process"),
         ("PLIMSOLL_ADDR", "0.0.0.0:0"),
         ("SANDBOX_MEMORY_MB", "512"),
+        ("PLIMSOLL_STATE_DIR", state),
     ]))
     .unwrap();
-    cfg.state_dir = dir.path().into();
     let e = start(cfg)
         .await
         .err()

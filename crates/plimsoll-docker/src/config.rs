@@ -1,8 +1,52 @@
-//! The Docker provider's typed configuration, filled by plimsolld's `config.rs` (the one
-//! place that reads the environment) and checked here before anything touches the engine.
+//! The Docker provider's typed configuration: its variables ([`VARIABLES`]), read from the
+//! environment source plimsolld hands over and checked here before anything touches the
+//! engine. The `SANDBOX_DOCKER_*` values are checked whatever the provider (a typo fails
+//! early); the image is required only when `SANDBOX_PROVIDER=docker`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use plimsoll_provider::{
+    ConfigError, EnvSource, Provider, ProviderSetup, ProviderStartError, Shared, Variable, Vars,
+};
+
+use crate::scan::ShipScan;
+
+/// The provider's name.
+pub const NAME: &str = "docker";
+
+/// Every variable the Docker provider reads, with one line of help.
+pub const VARIABLES: &[Variable] = &[
+    (
+        "SANDBOX_DOCKER_IMAGE",
+        "sandbox image, pinned by content ID or digest",
+    ),
+    (
+        "SANDBOX_DOCKER_RUNTIME",
+        "runc (tier container) or runsc (tier kernel once proven)",
+    ),
+    (
+        "SANDBOX_DOCKER_POOL",
+        "containers kept started ahead of runs, each used once (default 0)",
+    ),
+    (
+        "SANDBOX_DOCKER_SECCOMP",
+        "seccomp profile (JSON file) for each container; empty uses the engine's default",
+    ),
+    (
+        "DOCKER_HOST",
+        "the Docker engine's socket for the docker provider (default unix:///var/run/docker.sock)",
+    ),
+    (
+        "PLIMSOLL_WITHHELD_SET",
+        "withheld set the docker provider scans its images against at startup",
+    ),
+    (
+        "PLIMSOLL_WITHHELD_KNOWN_FILE",
+        "known-unreadable lists for that scan",
+    ),
+];
 
 /// Memory limit when `SANDBOX_MEMORY_MB` is 0, in MiB.
 pub const DEFAULT_MEMORY_MB: u32 = 512;
@@ -91,6 +135,8 @@ pub struct DockerConfig {
     pub output_bytes: usize,
     /// Deadline of a run whose request states none.
     pub default_timeout: Duration,
+    /// The startup ship scan (`PLIMSOLL_WITHHELD_SET`), run before any container starts.
+    pub withheld: Option<ShipScan>,
 }
 
 /// Resource limits after defaults were applied, as each container gets them.
@@ -127,6 +173,7 @@ impl DockerConfig {
             state_dir: state_dir.into(),
             output_bytes: 1024 * 1024,
             default_timeout: Duration::from_secs(30),
+            withheld: None,
         }
     }
 
@@ -201,6 +248,126 @@ impl DockerConfig {
                 )),
             },
         }
+    }
+}
+
+/// The `SANDBOX_DOCKER_*` values that are checked whatever the provider.
+struct EngineSettings {
+    runtime: Runtime,
+    pool: usize,
+    seccomp: Seccomp,
+}
+
+fn engine_settings(v: &Vars<'_>) -> Result<EngineSettings, ConfigError> {
+    let runtime = Runtime::parse(&v.string("SANDBOX_DOCKER_RUNTIME").unwrap_or_default())
+        .map_err(|m| ConfigError::new("SANDBOX_DOCKER_RUNTIME", m))?;
+    let pool: usize = v.number("SANDBOX_DOCKER_POOL", 0)?;
+    if pool > MAX_POOL {
+        return Err(ConfigError::new(
+            "SANDBOX_DOCKER_POOL",
+            format!("{pool} is more than {MAX_POOL}"),
+        ));
+    }
+    let seccomp = match v.string("SANDBOX_DOCKER_SECCOMP") {
+        None => Seccomp::EngineDefault,
+        Some(s) if s == "unconfined" => {
+            return Err(ConfigError::new(
+                "SANDBOX_DOCKER_SECCOMP",
+                "`unconfined` is refused: every container runs under a seccomp profile (leave it empty for the engine's default)",
+            ))
+        }
+        Some(s) => Seccomp::File(PathBuf::from(s)),
+    };
+    Ok(EngineSettings {
+        runtime,
+        pool,
+        seccomp,
+    })
+}
+
+/// `PLIMSOLL_WITHHELD_SET` and `PLIMSOLL_WITHHELD_KNOWN_FILE`, read and checked now so a bad
+/// file stops startup as a configuration error. The scan looks at the docker provider's
+/// image only: with another provider (`chosen`) nothing would be scanned, so a set is
+/// refused rather than silently ignored, and a known file without a set likewise.
+fn ship_scan(v: &Vars<'_>, chosen: &str) -> Result<Option<ShipScan>, ConfigError> {
+    let known_file = v.path("PLIMSOLL_WITHHELD_KNOWN_FILE");
+    let Some(set_file) = v.path("PLIMSOLL_WITHHELD_SET") else {
+        if known_file.is_some() {
+            return Err(ConfigError::new(
+                "PLIMSOLL_WITHHELD_KNOWN_FILE",
+                "is set without PLIMSOLL_WITHHELD_SET, so nothing would be scanned; set PLIMSOLL_WITHHELD_SET too, or unset this",
+            ));
+        }
+        return Ok(None);
+    };
+    if chosen != NAME {
+        return Err(ConfigError::new(
+            "PLIMSOLL_WITHHELD_SET",
+            format!(
+                "is set but SANDBOX_PROVIDER is {chosen}: only the docker provider's image is scanned at startup, so nothing would be scanned; \
+                 scan other images before they ship with `plimsoll-withheld scan-image`, and unset this variable"
+            ),
+        ));
+    }
+    let set = plimsoll_withheld::WithheldSet::load(&set_file).map_err(|e| {
+        ConfigError::new(
+            "PLIMSOLL_WITHHELD_SET",
+            format!("not a usable withheld set: {e}"),
+        )
+    })?;
+    let known = match &known_file {
+        None => plimsoll_withheld::KnownImages::empty(),
+        Some(p) => plimsoll_withheld::KnownImages::load(p).map_err(|e| {
+            ConfigError::new(
+                "PLIMSOLL_WITHHELD_KNOWN_FILE",
+                format!("not a usable known-images file: {e}; write it with `plimsoll-withheld known-unreadable`"),
+            )
+        })?,
+    };
+    Ok(Some(ShipScan {
+        set_file,
+        set,
+        known_file,
+        known,
+    }))
+}
+
+impl ProviderSetup for DockerConfig {
+    const NAME: &'static str = NAME;
+    const VARIABLES: &'static [Variable] = VARIABLES;
+
+    fn from_env(env: &dyn EnvSource, shared: &Shared) -> Result<Self, ConfigError> {
+        let v = Vars::new(env);
+        let withheld = ship_scan(&v, NAME)?;
+        let engine = engine_settings(&v)?;
+        let image = v.string("SANDBOX_DOCKER_IMAGE").ok_or_else(|| {
+            ConfigError::new(
+                "SANDBOX_DOCKER_IMAGE",
+                "is required with SANDBOX_PROVIDER=docker; build the image with `cargo xtask images` and set its ID",
+            )
+        })?;
+        let mut c = DockerConfig::new(image, shared.state_dir.join("docker"));
+        c.runtime = engine.runtime;
+        c.pool = engine.pool;
+        c.seccomp = engine.seccomp;
+        let r = shared.resources;
+        (c.memory_mb, c.cpus, c.pids, c.disk_mb) = (r.memory_mb, r.cpus, r.pids, r.disk_mb);
+        c.docker_host = v.string("DOCKER_HOST");
+        c.output_bytes = shared.output_bytes;
+        c.default_timeout = shared.default_timeout;
+        c.withheld = withheld;
+        c.limits().map_err(|(var, m)| ConfigError::new(var, m))?;
+        Ok(c)
+    }
+
+    fn check_unselected(env: &dyn EnvSource, chosen: &str) -> Result<(), ConfigError> {
+        let v = Vars::new(env);
+        ship_scan(&v, chosen)?;
+        engine_settings(&v).map(|_| ())
+    }
+
+    fn build(&self) -> Result<Arc<dyn Provider>, ProviderStartError> {
+        Ok(Arc::new(crate::DockerProvider::new(self.clone())?))
     }
 }
 

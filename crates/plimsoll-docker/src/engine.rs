@@ -17,6 +17,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 
 use crate::config::Limits;
+use crate::error::Error;
 
 /// Label naming the daemon start that created a container (random per start).
 pub const LABEL_INSTANCE: &str = "io.plimsoll.instance";
@@ -190,8 +191,21 @@ pub fn container_body(s: &Spec<'_>) -> ContainerCreateBody {
     }
 }
 
+/// Connects to the engine's Unix socket (not yet contacted).
+pub fn connect(socket: &Path) -> Result<Docker, Error> {
+    Docker::connect_with_unix(
+        &format!("unix://{}", socket.display()),
+        API_TIMEOUT_S,
+        bollard::API_DEFAULT_VERSION,
+    )
+    .map_err(|source| Error::Connect {
+        socket: socket.to_owned(),
+        source,
+    })
+}
+
 /// Creates and starts the container; on a start failure the created container is removed.
-pub async fn create_and_start(docker: &Docker, s: &Spec<'_>) -> Result<String, String> {
+pub async fn create_and_start(docker: &Docker, s: &Spec<'_>) -> Result<String, Error> {
     let created = docker
         .create_container(
             Some(CreateContainerOptions {
@@ -201,10 +215,10 @@ pub async fn create_and_start(docker: &Docker, s: &Spec<'_>) -> Result<String, S
             container_body(s),
         )
         .await
-        .map_err(|e| format!("the engine refused to create the container: {e}"))?;
+        .map_err(Error::Create)?;
     if let Err(e) = docker.start_container(&created.id, None).await {
         remove(docker, &created.id).await;
-        return Err(format!("the engine could not start the container: {e}"));
+        return Err(Error::Start(e));
     }
     Ok(created.id)
 }

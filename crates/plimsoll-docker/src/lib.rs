@@ -15,9 +15,12 @@
 
 pub mod config;
 pub mod engine;
+pub mod error;
 pub mod evidence;
 pub mod provider;
+pub mod scan;
 pub mod state;
 
 pub use config::{DockerConfig, Runtime, Seccomp};
+pub use error::Error;
 pub use provider::{DockerProvider, DEADLINE_GRACE};

@@ -21,6 +21,7 @@
 //!   names), with a 256-bit random secret per run in the `x-plimsoll-grant-secret` header.
 
 pub mod method_override;
+pub mod prepare;
 pub mod profile;
 pub mod relay;
 pub mod route;

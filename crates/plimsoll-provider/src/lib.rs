@@ -1,13 +1,18 @@
 //! plimsoll-provider: the one interface between plimsolld and a wall. A provider owns one
-//! kind of wall (process, docker, agentsandbox) and states its tier from evidence it checked
-//! at startup; the daemon talks to it only through [`Provider`].
+//! kind of wall (quickjs, process, docker, agentsandbox) and states its tier from evidence it
+//! checked at startup; the daemon talks to it only through [`Provider`], and configures and
+//! builds it only through [`ProviderSetup`] (its variables, reading, hardened-mode gaps).
 //!
 //! A provider must never claim a tier it did not prove, and must return
 //! [`ProviderError::Refused`] only when it is certain nothing ran.
 
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use plimsoll_core::{pb, Refusal, Tier};
+
+pub use plimsoll_config::{ConfigError, EnvSource, Variable, Vars};
 
 /// What a provider states about itself, after its startup checks.
 #[derive(Debug, Clone, Default)]
@@ -71,6 +76,41 @@ pub struct ProviderStartError {
     pub provider: String,
     /// What failed and what to do.
     pub message: String,
+    /// Which check failed.
+    pub kind: StartFailure,
+}
+
+impl ProviderStartError {
+    /// A startup check or the smoke test failed.
+    pub fn new(provider: impl Into<String>, message: impl Into<String>) -> ProviderStartError {
+        ProviderStartError {
+            provider: provider.into(),
+            message: message.into(),
+            kind: StartFailure::Check,
+        }
+    }
+
+    /// The ship scan refused what the provider would run (`PLIMSOLL_WITHHELD_SET`), or could
+    /// not read it. The message names each place, never the matched bytes.
+    pub fn ship_scan(
+        provider: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ProviderStartError {
+        ProviderStartError {
+            provider: provider.into(),
+            message: message.into(),
+            kind: StartFailure::ShipScan,
+        }
+    }
+}
+
+/// Which part of a provider's startup failed (plimsolld words and codes them apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFailure {
+    /// A startup check, or the smoke test.
+    Check,
+    /// The ship scan of the image the provider would run.
+    ShipScan,
 }
 
 /// One kind of wall.
@@ -83,6 +123,11 @@ pub trait Provider: Send + Sync {
     async fn start(&self) -> Result<(), ProviderStartError>;
     /// Whether the provider can take runs now (`/readyz`).
     async fn ready(&self) -> bool;
+    /// Called last when plimsolld stops (after runs were drained, after a failed startup, or
+    /// on a signal during startup); returns when whatever the provider started outside the
+    /// process is gone. The default does nothing: only providers that leave something behind
+    /// (the docker provider's containers) implement it.
+    async fn stop(&self) {}
     /// Runs one admitted payload under `timeout`.
     async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError>;
     /// Runs one admitted payload whose request named a grant profile the caller may use.
@@ -107,5 +152,87 @@ pub trait Provider: Send + Sync {
             grant.profile_name()
         ))
         .into())
+    }
+}
+
+/// Per-run resource limits from `SANDBOX_MEMORY_MB`, `SANDBOX_CPUS`, `SANDBOX_PIDS` and
+/// `SANDBOX_DISK_MB` (0 = the provider's default).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Resources {
+    /// Memory in MiB.
+    pub memory_mb: u32,
+    /// CPUs.
+    pub cpus: f64,
+    /// Processes.
+    pub pids: u32,
+    /// Writable disk in MiB.
+    pub disk_mb: u32,
+}
+
+/// The daemon-wide settings plimsolld reads once and every provider may use.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// `PLIMSOLL_STATE_DIR`: each provider keeps its files in a folder of its own below it.
+    pub state_dir: PathBuf,
+    /// `SANDBOX_OUTPUT_BYTES`: bytes kept of each output stream per program.
+    pub output_bytes: usize,
+    /// `SANDBOX_DEFAULT_TIMEOUT_MS`: the deadline of a run whose request states none.
+    pub default_timeout: Duration,
+    /// The per-run limits.
+    pub resources: Resources,
+    /// Which of the four resource variables were set (a provider that keeps only some of
+    /// them refuses the others, naming them).
+    pub explicit_resources: Vec<&'static str>,
+}
+
+impl Default for Shared {
+    fn default() -> Shared {
+        Shared {
+            state_dir: std::env::temp_dir().join("plimsoll"),
+            output_bytes: 1024 * 1024,
+            default_timeout: Duration::from_secs(30),
+            resources: Resources::default(),
+            explicit_resources: Vec::new(),
+        }
+    }
+}
+
+/// How plimsolld configures and builds one kind of provider. Each provider crate implements
+/// it on its configuration type; plimsolld's provider list names the type once, and gets
+/// from it the variables for `--help`, the reading, the checks when another provider is
+/// chosen, hardened mode's gaps and the provider itself.
+pub trait ProviderSetup: Sized + std::fmt::Debug + Clone + Send + Sync + 'static {
+    /// The name in `SANDBOX_PROVIDER`, in `Describe` and in records.
+    const NAME: &'static str;
+    /// Every variable this provider reads beyond the shared ones, with one line of help.
+    const VARIABLES: &'static [Variable];
+    /// Whether every run executes as plimsolld's own user with no wall between runs, so one
+    /// run can read another's relay secret: plimsolld then refuses grants with more than one
+    /// caller unless the operator states they trust every caller with every grant.
+    const RUNS_SHARE_ONE_USER: bool = false;
+
+    /// Reads and checks the provider's settings (`SANDBOX_PROVIDER` names this provider).
+    fn from_env(env: &dyn EnvSource, shared: &Shared) -> Result<Self, ConfigError>;
+
+    /// Checks this provider's variables when another provider is chosen: a variable that
+    /// would silently do nothing (or is malformed) is refused here, naming it. The default
+    /// accepts everything.
+    fn check_unselected(env: &dyn EnvSource, chosen: &str) -> Result<(), ConfigError> {
+        let _ = (env, chosen);
+        Ok(())
+    }
+
+    /// The provider, ready for [`Provider::start`].
+    fn build(&self) -> Result<Arc<dyn Provider>, ProviderStartError>;
+
+    /// Hardened mode's safeguards this provider's settings lack, each with what to set
+    /// (the tier and the daemon-wide safeguards are checked by plimsolld).
+    fn hardened_gaps(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The limits runs get when they differ from the shared ones (stated by `Describe`).
+    fn resources(&self, shared: Resources) -> Resources {
+        shared
     }
 }

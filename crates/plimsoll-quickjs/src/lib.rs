@@ -12,6 +12,7 @@
 //! escapes the engine still runs as plimsolld's user, limited by the filter. Projects,
 //! modules, sessions and grants are refused `unsupported`.
 
+pub mod config;
 pub mod protocol;
 pub mod provider;
 pub mod seccomp;

@@ -266,10 +266,7 @@ impl Provider for QuickJsProvider {
     }
 
     async fn start(&self) -> Result<(), ProviderStartError> {
-        let fail = |message: String| ProviderStartError {
-            provider: "quickjs".into(),
-            message,
-        };
+        let fail = |message: String| ProviderStartError::new("quickjs", message);
         let r = self
             .run_snippet("console.log(6 * 7)", Duration::from_secs(10))
             .await

@@ -77,6 +77,9 @@ pub enum CallError {
     /// Any other failure: the payload may have run.
     #[error("sandboxd call failed and the payload may have run: {}: {}", .0.code(), .0.message())]
     MayHaveRun(Status),
+    /// sandboxd answered the call without a result: the payload may have run.
+    #[error("sandboxd answered without a result; the payload may have run")]
+    NoResult,
 }
 
 impl CallError {
@@ -98,7 +101,7 @@ impl CallError {
         match self {
             CallError::Connect(_) => Some(Reason::Environment),
             CallError::Refused(r) => Some(r.reason),
-            CallError::MayHaveRun(_) => None,
+            CallError::MayHaveRun(_) | CallError::NoResult => None,
         }
     }
 
@@ -110,7 +113,7 @@ impl CallError {
                 "the sandbox could not be reached: {e}"
             ))),
             CallError::Refused(r) => Some(r.clone()),
-            CallError::MayHaveRun(_) => None,
+            CallError::MayHaveRun(_) | CallError::NoResult => None,
         }
     }
 
@@ -319,6 +322,41 @@ impl SandboxdClient {
             .map_err(CallError::from_status)
     }
 
+    /// Runs one admitted payload: `work` and `env` become the request (the deadline
+    /// `timeout`, kept within 1 ms and the protocol's maximum), the call is
+    /// [`execute`](Self::execute), and the response becomes the provider's answer. An answer
+    /// without a result is [`CallError::NoResult`] (it may have run).
+    #[cfg(feature = "provider")]
+    pub async fn run(
+        &self,
+        work: plimsoll_provider::Work,
+        timeout: Duration,
+        env: Vec<(String, String)>,
+    ) -> Result<plimsoll_provider::Answer, CallError> {
+        use plimsoll_core::sandboxd_pb::{execute_request::Payload, execute_response, EnvVar};
+        use plimsoll_provider::{Answer, Work};
+        let payload = match work {
+            Work::Javascript(js) => Payload::Javascript(js),
+            Work::Project(p) => Payload::Project(p),
+        };
+        let req = ExecuteRequest {
+            timeout_ms: u32::try_from(timeout.as_millis())
+                .unwrap_or(MAX_TIMEOUT_MS)
+                .clamp(1, MAX_TIMEOUT_MS),
+            env: env
+                .into_iter()
+                .map(|(name, value)| EnvVar { name, value })
+                .collect(),
+            trace_id: String::new(),
+            payload: Some(payload),
+        };
+        match self.execute(req).await?.result {
+            Some(execute_response::Result::Javascript(j)) => Ok(Answer::Javascript(j)),
+            Some(execute_response::Result::Project(p)) => Ok(Answer::Project(p)),
+            None => Err(CallError::NoResult),
+        }
+    }
+
     /// Asks which languages sandboxd proved and its version.
     pub async fn health(&self) -> Result<HealthResponse, CallError> {
         let mut request = Request::new(HealthRequest {});
@@ -371,6 +409,15 @@ mod tests {
         assert_eq!(plain.not_dispatched(), None);
         assert_eq!(not_dispatched_reason(&plain.to_status()), None);
         assert_eq!(plain.to_status().code(), tonic::Code::Unavailable);
+    }
+
+    #[test]
+    fn an_answer_without_a_result_may_have_run() {
+        let e = CallError::NoResult;
+        assert_eq!(e.not_dispatched(), None);
+        assert!(e.refusal().is_none());
+        assert_eq!(not_dispatched_reason(&e.to_status()), None);
+        assert!(e.to_string().contains("may have run"), "{e}");
     }
 
     #[tokio::test]

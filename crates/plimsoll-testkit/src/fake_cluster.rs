@@ -215,7 +215,9 @@ pub fn sandboxd_binaries() -> Result<PathBuf, String> {
                 "build",
                 "--quiet",
                 "-p",
-                "plimsoll-sandboxd",
+                // The package that builds the `plimsoll-sandboxd` binary (the library
+                // owns the name `plimsoll-sandboxd`).
+                "plimsoll-sandboxd-bin",
                 "-p",
                 "plimsoll-sandboxd-tls",
             ])

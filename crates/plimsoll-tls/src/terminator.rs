@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
+use plimsoll_config::{ConfigError, EnvSource, Variable, Vars};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -48,7 +49,7 @@ pub struct TerminatorConfig {
     pub startup_timeout: Duration,
 }
 
-/// Names and defaults of the environment variables the terminator reads.
+/// Names of the environment variables the terminator reads.
 pub mod env {
     /// Listen address.
     pub const LISTEN: &str = "PLIMSOLL_SANDBOXD_TLS_LISTEN";
@@ -72,32 +73,41 @@ pub mod env {
     pub const STARTUP_TIMEOUT_MS: &str = "PLIMSOLL_SANDBOXD_TLS_STARTUP_TIMEOUT_MS";
     /// sandboxd's path.
     pub const SANDBOXD_BIN: &str = "PLIMSOLL_SANDBOXD_BIN";
-    /// Every `PLIMSOLL_SANDBOXD_TLS_*` variable read; others with that prefix are reported.
-    pub const ALL: [&str; 10] = [
-        LISTEN,
-        DIR,
-        UPSTREAM,
-        HANDSHAKE_TIMEOUT_MS,
-        IDLE_TIMEOUT_MS,
-        MAX_CONNECTIONS,
-        MAX_HANDSHAKES,
-        DRAIN_TIMEOUT_MS,
-        RELOAD_INTERVAL_MS,
-        STARTUP_TIMEOUT_MS,
-    ];
 }
 
-/// A bad environment variable; the message names it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{name}={value:?}: {why}")]
-pub struct EnvError {
-    /// The variable.
-    pub name: &'static str,
-    /// Its value.
-    pub value: String,
-    /// What is wrong.
-    pub why: String,
-}
+/// Every variable the terminator reads, with one line of help (defaults in brackets);
+/// another `PLIMSOLL_SANDBOXD_TLS_*` name is reported at startup.
+pub const VARIABLES: &[Variable] = &[
+    (
+        env::SANDBOXD_BIN,
+        "sandboxd's path [/usr/local/bin/plimsoll-sandboxd]",
+    ),
+    (env::DIR, "Secret directory [/etc/plimsoll/sandboxd-tls]"),
+    (env::LISTEN, "TLS listen address [0.0.0.0:9090]"),
+    (
+        env::UPSTREAM,
+        "sandboxd's address, loopback only; replaces the two required flags when sandboxd is started (tests running several pairs) [127.0.0.1:9091]",
+    ),
+    (env::HANDSHAKE_TIMEOUT_MS, "TLS handshake bound [10000]"),
+    (
+        env::IDLE_TIMEOUT_MS,
+        "close after no byte either way [120000]",
+    ),
+    (
+        env::MAX_CONNECTIONS,
+        "established (forwarding) connections at once [64]",
+    ),
+    (
+        env::MAX_HANDSHAKES,
+        "connections not yet forwarding (handshaking) at once, apart from the established ones [128]",
+    ),
+    (env::DRAIN_TIMEOUT_MS, "drain bound after SIGTERM [20000]"),
+    (env::RELOAD_INTERVAL_MS, "Secret poll interval [2000]"),
+    (
+        env::STARTUP_TIMEOUT_MS,
+        "wait for sandboxd to accept [30000]",
+    ),
+];
 
 impl Default for TerminatorConfig {
     fn default() -> Self {
@@ -117,73 +127,30 @@ impl Default for TerminatorConfig {
 }
 
 impl TerminatorConfig {
-    /// Reads the variables through `get` (the process environment in the binary, a map in
+    /// Reads the variables from `env` (the process environment in the binary, a map in
     /// tests). Unset or empty means the default.
-    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<TerminatorConfig, EnvError> {
-        let mut c = TerminatorConfig::default();
-        let val = |name: &'static str| get(name).filter(|v| !v.is_empty()).map(|v| (name, v));
-        let addr = |(name, v): (&'static str, String)| {
-            v.parse::<SocketAddr>().map_err(|_| EnvError {
-                name,
-                value: v.clone(),
-                why: "not an IP:port address".into(),
-            })
-        };
-        let ms = |(name, v): (&'static str, String)| match v.parse::<u64>() {
-            Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
-            _ => Err(EnvError {
-                name,
-                value: v.clone(),
-                why: "not a positive number of milliseconds".into(),
-            }),
-        };
-        if let Some(v) = val(env::LISTEN) {
-            c.listen = addr(v)?;
+    pub fn from_env(env: &dyn EnvSource) -> Result<TerminatorConfig, ConfigError> {
+        let d = TerminatorConfig::default();
+        let v = Vars::new(env);
+        let upstream = v.socket_addr(env::UPSTREAM, d.upstream)?;
+        if !upstream.ip().is_loopback() {
+            return Err(ConfigError::new(
+                env::UPSTREAM,
+                format!("{upstream}: sandboxd must only be reachable on a loopback address"),
+            ));
         }
-        if let Some(v) = val(env::UPSTREAM) {
-            let a = addr(v.clone())?;
-            if !a.ip().is_loopback() {
-                return Err(EnvError {
-                    name: v.0,
-                    value: v.1,
-                    why: "sandboxd must only be reachable on a loopback address".into(),
-                });
-            }
-            c.upstream = a;
-        }
-        if let Some((_, v)) = val(env::DIR) {
-            c.cert_dir = PathBuf::from(v);
-        }
-        if let Some(v) = val(env::HANDSHAKE_TIMEOUT_MS) {
-            c.handshake_timeout = ms(v)?;
-        }
-        if let Some(v) = val(env::IDLE_TIMEOUT_MS) {
-            c.idle_timeout = ms(v)?;
-        }
-        if let Some(v) = val(env::DRAIN_TIMEOUT_MS) {
-            c.drain_timeout = ms(v)?;
-        }
-        if let Some(v) = val(env::RELOAD_INTERVAL_MS) {
-            c.reload_interval = ms(v)?;
-        }
-        if let Some(v) = val(env::STARTUP_TIMEOUT_MS) {
-            c.startup_timeout = ms(v)?;
-        }
-        let count = |(name, v): (&'static str, String)| match v.parse::<usize>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(EnvError {
-                name,
-                value: v,
-                why: "not a positive number".into(),
-            }),
-        };
-        if let Some(v) = val(env::MAX_CONNECTIONS) {
-            c.max_connections = count(v)?;
-        }
-        if let Some(v) = val(env::MAX_HANDSHAKES) {
-            c.max_handshakes = count(v)?;
-        }
-        Ok(c)
+        Ok(TerminatorConfig {
+            listen: v.socket_addr(env::LISTEN, d.listen)?,
+            upstream,
+            cert_dir: v.path(env::DIR).unwrap_or(d.cert_dir),
+            handshake_timeout: v.millis(env::HANDSHAKE_TIMEOUT_MS, d.handshake_timeout)?,
+            idle_timeout: v.millis(env::IDLE_TIMEOUT_MS, d.idle_timeout)?,
+            max_connections: v.positive(env::MAX_CONNECTIONS, d.max_connections)?,
+            max_handshakes: v.positive(env::MAX_HANDSHAKES, d.max_handshakes)?,
+            drain_timeout: v.millis(env::DRAIN_TIMEOUT_MS, d.drain_timeout)?,
+            reload_interval: v.millis(env::RELOAD_INTERVAL_MS, d.reload_interval)?,
+            startup_timeout: v.millis(env::STARTUP_TIMEOUT_MS, d.startup_timeout)?,
+        })
     }
 }
 
@@ -646,24 +613,22 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
+    use plimsoll_config::MapEnv;
 
     #[test]
     fn env_defaults_and_errors_name_the_variable() {
-        let none = |_: &str| None;
         assert_eq!(
-            TerminatorConfig::from_env(none).unwrap(),
+            TerminatorConfig::from_env(&MapEnv::default()).unwrap(),
             TerminatorConfig::default()
         );
-        let m: HashMap<&str, &str> = [
+        let m = MapEnv::from_pairs([
             (env::LISTEN, "127.0.0.5:0"),
             (env::UPSTREAM, "127.0.0.5:7000"),
             (env::MAX_CONNECTIONS, "3"),
             (env::MAX_HANDSHAKES, "5"),
             (env::HANDSHAKE_TIMEOUT_MS, "250"),
-        ]
-        .into();
-        let c = TerminatorConfig::from_env(|k| m.get(k).map(|v| v.to_string())).unwrap();
+        ]);
+        let c = TerminatorConfig::from_env(&m).unwrap();
         assert_eq!(c.listen, "127.0.0.5:0".parse().unwrap());
         assert_eq!(c.upstream, "127.0.0.5:7000".parse().unwrap());
         assert_eq!(c.max_connections, 3);
@@ -677,7 +642,7 @@ mod tests {
             (env::MAX_CONNECTIONS, "-1"),
             (env::MAX_HANDSHAKES, "0"),
         ] {
-            let e = TerminatorConfig::from_env(|n| (n == k).then(|| v.to_string())).unwrap_err();
+            let e = TerminatorConfig::from_env(&MapEnv::from_pairs([(k, v)])).unwrap_err();
             assert_eq!(e.name, k);
             assert!(e.to_string().contains(k));
         }
