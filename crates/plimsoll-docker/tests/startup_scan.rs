@@ -298,6 +298,39 @@ async fn refused(cfg: plimsoll_daemon::Config) -> String {
     m
 }
 
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// How many containers the engine created from `image` (its ID or tag) since `since` (Unix
+/// seconds), from the engine's event log.
+async fn creates_of(d: &Docker, image: &[&str], since: i64) -> usize {
+    use futures_util::StreamExt;
+    let opts = bollard::query_parameters::EventsOptions {
+        since: Some(since.to_string()),
+        until: Some((unix_now() + 1).to_string()),
+        filters: Some(std::collections::HashMap::from([
+            ("type".to_owned(), vec!["container".to_owned()]),
+            ("event".to_owned(), vec!["create".to_owned()]),
+        ])),
+    };
+    let events: Vec<_> = d.events(Some(opts)).collect().await;
+    events
+        .into_iter()
+        .map(|e| e.expect("the engine's event log"))
+        .filter(|e| {
+            e.actor
+                .as_ref()
+                .and_then(|a| a.attributes.as_ref())
+                .and_then(|a| a.get("image"))
+                .is_some_and(|i| image.contains(&i.as_str()))
+        })
+        .count()
+}
+
 /// Containers (running or not) of one image.
 async fn containers_of(d: &Docker, image_id: &str) -> Vec<String> {
     let filters =
@@ -372,7 +405,11 @@ async fn the_startup_scan_refuses_withheld_and_unknown_unreadable_files_and_logs
     // 1. Refuse mode: startup stops before anything serves; the message names the image ID,
     //    each entry, the layer and the path, and the encrypted zip; never the bytes. The
     //    daemon is given the tag: what it scans is the ID the provider resolved.
+    let since = unix_now();
     let m = refused(config(&state, &img.tag, free_addr(), &refuse_set, None)).await;
+    // The scan comes before the provider's smoke test: no container of the refused image
+    // was ever created, not even for a moment (the engine's event log says so).
+    assert_eq!(creates_of(&d, &[&img.id, &img.tag], since).await, 0);
     for want in [
         img.id.as_str(),
         "answer-key",
