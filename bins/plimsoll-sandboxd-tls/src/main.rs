@@ -34,6 +34,9 @@ sandboxd, waits until it accepts on 127.0.0.1:9091, then serves TLS 1.3 with ALP
 connection to sandboxd. A rotated Secret is picked up without a restart; open connections
 keep going. `--log-format json|text` is read from sandboxd's flags too.
 
+";
+
+const EXIT_CODES: &str = "\
 Exit codes:
   0        stopped by SIGTERM/SIGINT, drained, sandboxd stopped
   1        could not serve (bind failed, sandboxd never accepted, drain cut connections)
@@ -67,10 +70,8 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
         [a] if a == "--help" || a == "-h" => {
-            let (usage, exit_codes) =
-                USAGE.split_at(USAGE.find("Exit codes:").unwrap_or(USAGE.len()));
             print!(
-                "{usage}Environment (all optional):\n{}\n{exit_codes}",
+                "{USAGE}Environment (all optional):\n{}\n{EXIT_CODES}",
                 plimsoll_config::help(&[VARIABLES])
             );
             return ExitCode::SUCCESS;

@@ -162,9 +162,13 @@ pub fn is_loopback(addr: &SocketAddr) -> bool {
     addr.ip().is_loopback()
 }
 
-/// `SANDBOX_*` settings every provider shares.
+/// `SANDBOX_*` settings every provider shares (unset ones keep `Shared::default`'s values).
 fn shared(v: &Vars<'_>) -> Result<Shared, ConfigError> {
-    let default_timeout_ms: u32 = v.number("SANDBOX_DEFAULT_TIMEOUT_MS", 30_000)?;
+    let d = Shared::default();
+    let default_timeout_ms: u32 = v.number(
+        "SANDBOX_DEFAULT_TIMEOUT_MS",
+        u32::try_from(d.default_timeout.as_millis()).unwrap_or(u32::MAX),
+    )?;
     if default_timeout_ms == 0 || default_timeout_ms > plimsoll_core::validate::MAX_TIMEOUT_MS {
         return Err(bad(
             "SANDBOX_DEFAULT_TIMEOUT_MS",
@@ -181,10 +185,8 @@ fn shared(v: &Vars<'_>) -> Result<Shared, ConfigError> {
         return Err(bad("SANDBOX_CPUS", "must be a non-negative number"));
     }
     Ok(Shared {
-        state_dir: v
-            .path("PLIMSOLL_STATE_DIR")
-            .unwrap_or_else(|| std::env::temp_dir().join("plimsoll")),
-        output_bytes: v.number("SANDBOX_OUTPUT_BYTES", 1024 * 1024)?,
+        state_dir: v.path("PLIMSOLL_STATE_DIR").unwrap_or(d.state_dir),
+        output_bytes: v.number("SANDBOX_OUTPUT_BYTES", d.output_bytes)?,
         default_timeout: Duration::from_millis(default_timeout_ms.into()),
         resources,
         explicit_resources: RESOURCE_VARIABLES

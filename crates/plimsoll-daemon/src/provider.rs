@@ -140,32 +140,6 @@ fn check_name(name: &str) -> Result<(), ConfigError> {
     ))
 }
 
-/// What plimsolld calls last when it stops (after runs were drained, after a failed
-/// startup, or on a signal during startup): [`Provider::stop`], which for the docker
-/// provider removes every container of its instance, bounded (docs/docker.md, "Stopping").
-#[derive(Clone)]
-pub struct Stopper(Arc<dyn Provider>);
-
-impl Stopper {
-    /// The stopper of `provider`.
-    pub fn new(provider: Arc<dyn Provider>) -> Stopper {
-        Stopper(provider)
-    }
-
-    /// Stops the provider; returns when what it started outside the process is removed.
-    pub async fn stop(&self) {
-        self.0.stop().await;
-    }
-}
-
-/// Builds the provider the configuration names, and how to stop it.
-pub fn build(
-    cfg: &crate::config::Config,
-) -> Result<(Arc<dyn Provider>, Stopper), ProviderStartError> {
-    let p = cfg.provider.build()?;
-    Ok((p.clone(), Stopper::new(p)))
-}
-
 /// The disabled provider: runs nothing.
 #[derive(Debug)]
 pub struct Disabled;

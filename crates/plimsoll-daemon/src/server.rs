@@ -156,7 +156,8 @@ pub struct RunningDaemon {
     rpc: JoinHandle<Result<(), tonic::transport::Error>>,
     metrics_task: Option<JoinHandle<()>>,
     grace: std::time::Duration,
-    stopper: provider::Stopper,
+    /// Stopped last (`Provider::stop`: for docker, every container of the instance removed).
+    provider: Arc<dyn Provider>,
 }
 
 impl RunningDaemon {
@@ -189,7 +190,7 @@ impl RunningDaemon {
         if let Some(m) = self.metrics_task {
             m.abort();
         }
-        self.stopper.stop().await;
+        self.provider.stop().await;
     }
     /// Waits until the RPC server ends on its own (it only ends through `shutdown`).
     pub async fn stopped(&mut self) {
@@ -229,14 +230,14 @@ pub async fn start_until(
     cfg: Config,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<RunningDaemon, StartError> {
-    let (provider, stopper) = provider::build(&cfg)?;
-    let starting = start_with(cfg, provider, stopper.clone());
+    let provider = cfg.provider.build()?;
+    let starting = start_with(cfg, provider.clone());
     tokio::pin!(starting);
     tokio::pin!(stop);
     tokio::select! {
         r = &mut starting => {
             if r.is_err() {
-                stopper.stop().await;
+                provider.stop().await;
             }
             r
         }
@@ -244,7 +245,7 @@ pub async fn start_until(
             tracing::info!("stop signal during startup: stopping the provider, serving nothing");
             // Startup is still polled while the provider stops: a launch in flight sees the
             // provider closed and removes its own container.
-            let (started, ()) = tokio::join!(starting, stopper.stop());
+            let (started, ()) = tokio::join!(starting, provider.stop());
             if let Ok(daemon) = started {
                 daemon.shutdown().await;
             }
@@ -253,11 +254,7 @@ pub async fn start_until(
     }
 }
 
-async fn start_with(
-    cfg: Config,
-    provider: Arc<dyn Provider>,
-    stopper: provider::Stopper,
-) -> Result<RunningDaemon, StartError> {
+async fn start_with(cfg: Config, provider: Arc<dyn Provider>) -> Result<RunningDaemon, StartError> {
     provider.start().await?;
     let facts = provider.facts();
     if let Some(floor) = cfg.min_isolation.0 {
@@ -408,6 +405,6 @@ async fn start_with(
         rpc,
         metrics_task,
         grace: cfg.shutdown_grace,
-        stopper,
+        provider,
     })
 }
