@@ -128,6 +128,11 @@ pub trait Provider: Send + Sync {
     /// process is gone. The default does nothing: only providers that leave something behind
     /// (the docker provider's containers) implement it.
     async fn stop(&self) {}
+    /// The provider's sessions, when it keeps sandboxes across calls. The default is `None`:
+    /// plimsolld then refuses to start with `SANDBOX_MAX_SESSIONS` above 0.
+    fn sessions(&self) -> Option<&dyn SessionProvider> {
+        None
+    }
     /// Runs one admitted payload under `timeout`.
     async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError>;
     /// Runs one admitted payload whose request named a grant profile the caller may use.
@@ -235,4 +240,104 @@ pub trait ProviderSetup: Sized + std::fmt::Debug + Clone + Send + Sync + 'static
     fn resources(&self, shared: Resources) -> Resources {
         shared
     }
+}
+
+/// What a session call runs: a snippet or project (as in a run), or a cell.
+#[derive(Debug, Clone)]
+pub enum SessionWork {
+    /// A snippet or a project, run in the session's working directory.
+    Run(Work),
+    /// A cell: code for the session's kept interpreter of its language.
+    Cell(pb::CellRun),
+}
+
+/// What a session call answered.
+#[derive(Debug, Clone)]
+pub enum SessionAnswer {
+    /// A snippet's or project's result.
+    Run(Answer),
+    /// A cell's result.
+    Cell(pb::CellResult),
+}
+
+/// How a session is to be opened (already checked and clamped by plimsolld).
+#[derive(Debug, Clone, Default)]
+pub struct SessionSpec {
+    /// Languages the caller hinted it will use in cells (`javascript`, `python`), each one
+    /// the provider proved; a provider may start their interpreters early.
+    pub languages: Vec<String>,
+    /// `SANDBOX_SESSION_DISK_MB`: bytes the session's files may take, measured after each
+    /// call (0 = not measured). Past it the session ends with `DiskExceeded`.
+    pub disk_mb: u32,
+}
+
+/// Why a provider ended a session during or after a call (the reasons plimsolld itself
+/// produces, such as closed, expired or replaced, are the daemon's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEndCause {
+    /// The session's files grew past [`SessionSpec::disk_mb`].
+    DiskExceeded,
+    /// The sweep after a call could not prove that no process of the call is left.
+    BoundaryFailed,
+    /// The read-back before a call found the sandbox differs from what was opened.
+    SandboxChanged,
+    /// The sandbox's main process ended.
+    MainProcessEnded,
+}
+
+impl SessionEndCause {
+    /// The protocol's end reason.
+    pub fn to_wire(self) -> pb::SessionEnd {
+        match self {
+            SessionEndCause::DiskExceeded => pb::SessionEnd::DiskExceeded,
+            SessionEndCause::BoundaryFailed => pb::SessionEnd::BoundaryFailed,
+            SessionEndCause::SandboxChanged => pb::SessionEnd::SandboxChanged,
+            SessionEndCause::MainProcessEnded => pb::SessionEnd::MainProcessEnded,
+        }
+    }
+}
+
+/// The session ended: why, and one sentence for the caller (`end_detail`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEnded {
+    /// Why.
+    pub cause: SessionEndCause,
+    /// What was found, naming no secret.
+    pub detail: String,
+}
+
+/// One session call's outcome.
+#[derive(Debug)]
+pub struct SessionCallOutcome {
+    /// The answer; [`ProviderError::Refused`] only when nothing of the call ran (the
+    /// session then goes on, unless `ended` says otherwise).
+    pub answer: Result<SessionAnswer, ProviderError>,
+    /// Set when the session ended during or after this call: no further call runs in it.
+    pub ended: Option<SessionEnded>,
+}
+
+/// One open session: one sandbox kept for many calls. plimsolld runs one call at a time in
+/// it, and calls [`ProviderSession::close`] exactly once, at its end, whatever the reason.
+///
+/// Files persist across calls; after every answer, every process the call left is killed,
+/// except the kept interpreters of cells. A session is one trust domain: its sandbox is
+/// never given to anyone else, before or after.
+#[async_trait::async_trait]
+pub trait ProviderSession: Send + Sync {
+    /// Runs one call under `timeout`; a deadline ends the call, never the session.
+    async fn call(&self, work: SessionWork, timeout: Duration) -> SessionCallOutcome;
+    /// Called when the session has been idle for its idle timeout. The default does
+    /// nothing; a provider that can pause its sandbox does so, and resumes on the next call.
+    async fn suspend(&self) {}
+    /// Ends the session: every process of it is killed and its files are removed. Returns
+    /// when that is done.
+    async fn close(&self);
+}
+
+/// Providers that keep sandboxes across calls implement this, and return it from
+/// [`Provider::sessions`].
+#[async_trait::async_trait]
+pub trait SessionProvider: Send + Sync {
+    /// Opens a session. [`ProviderError::Refused`] when nothing was left behind.
+    async fn open(&self, spec: SessionSpec) -> Result<Box<dyn ProviderSession>, ProviderError>;
 }
