@@ -18,9 +18,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use plimsoll_core::check::{check_answer, CheckError};
+use plimsoll_core::check::{check_answer, check_session_answer, check_unanswered, CheckError};
+use plimsoll_core::digest::{session_fingerprint, ChainLink, SessionEvidence};
 use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
-use plimsoll_core::{not_dispatched_reason, Reason};
+use plimsoll_core::{not_dispatched_reason, unanswered_call, Reason};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
@@ -89,6 +90,25 @@ pub enum ClientError {
         /// The answer as received, for inspection.
         answer: Box<pb::RunResponse>,
     },
+    /// A session call that may have run has no answer; its version-3 record checked and
+    /// kept in the session's chain, so the session goes on.
+    #[error("the session call has no answer and the code may have run ({}: {}); its unanswered record is kept in the chain", code_name(status.code()), status.message())]
+    Unanswered {
+        /// The daemon's error.
+        status: tonic::Status,
+        /// The checked version-3 record.
+        record: Box<pb::RunRecord>,
+    },
+    /// Refused here, before sending: the session's chain can no longer be followed (an
+    /// earlier call came back without an answer or a record this client could check).
+    #[error("not dispatched (request): the session's record chain cannot be followed ({why}); nothing was sent, open a new session")]
+    ChainLost {
+        /// What broke the chain.
+        why: String,
+    },
+    /// The close answer's counts differ from the client's own chain.
+    #[error("the session's close answer differs from this client's chain: {0}")]
+    CloseMismatch(String),
 }
 
 impl ClientError {
@@ -97,6 +117,7 @@ impl ClientError {
     pub fn not_dispatched(&self) -> Option<Reason> {
         match self {
             ClientError::Refused { reason, .. } => Some(*reason),
+            ClientError::ChainLost { .. } => Some(Reason::Request),
             _ => None,
         }
     }
@@ -272,9 +293,232 @@ impl Client {
             .map_err(ClientError::from_status)?
             .into_inner())
     }
+
+    /// Opens a session. The answer's fingerprint must be the SHA-256 of its id.
+    pub async fn open_session(
+        &mut self,
+        req: pb::OpenSessionRequest,
+    ) -> Result<Session, ClientError> {
+        let opened = self
+            .inner
+            .open_session(self.request(req))
+            .await
+            .map_err(ClientError::from_status)?
+            .into_inner();
+        let well_formed = opened.session_id.len() == 32
+            && opened.session_id.bytes().all(|b| b.is_ascii_hexdigit());
+        if !well_formed || session_fingerprint(&opened.session_id) != opened.session {
+            return Err(ClientError::CloseMismatch(
+                "the open answer's fingerprint is not the SHA-256 of its session id".into(),
+            ));
+        }
+        Ok(Session {
+            id: opened.session_id.clone(),
+            evidence: SessionEvidence {
+                provider: opened.sandbox.clone(),
+                isolation: opened.isolation.clone(),
+                environment: String::new(),
+                software_identity: opened.software_identity.clone(),
+                policy: String::new(),
+            },
+            opened,
+            calls: 0,
+            last_sha256: String::new(),
+            lost: None,
+            ended: None,
+        })
+    }
+
+    /// Runs one call in `session` (its `session_id` is filled in here) and checks the
+    /// answer's record, including that it is the next link of the session's chain. A call
+    /// that may have run without an answer keeps its checked unanswered record in the
+    /// chain ([`ClientError::Unanswered`]); one whose chain cannot be followed leaves the
+    /// session unusable, and every later call is refused here before sending
+    /// ([`ClientError::ChainLost`]).
+    pub async fn session_run(
+        &mut self,
+        session: &mut Session,
+        mut req: pb::SessionRunRequest,
+    ) -> Result<pb::SessionRunResponse, ClientError> {
+        if let Some(why) = &session.lost {
+            return Err(ClientError::ChainLost { why: why.clone() });
+        }
+        req.session_id = session.id.clone();
+        let expected = session.next_link();
+        match self.inner.session_run(self.request(req.clone())).await {
+            Ok(answer) => {
+                let answer = answer.into_inner();
+                let Some(run) = answer.run.as_ref() else {
+                    session.lost = Some("an answer carried no run".into());
+                    return Err(ClientError::Check {
+                        error: CheckError::NoRecord,
+                        answer: Box::default(),
+                    });
+                };
+                if let Err(error) = check_session_answer(&req, run, &expected) {
+                    session.lost = Some(format!("call {}: {error}", expected.sequence));
+                    return Err(ClientError::Check {
+                        error,
+                        answer: Box::new(run.clone()),
+                    });
+                }
+                session.advance(run.record.as_ref().map_or("", |r| &r.record_sha256));
+                if answer.ended != 0 {
+                    session.ended = Some((answer.ended(), answer.end_detail.clone()));
+                }
+                Ok(answer)
+            }
+            Err(status) if not_dispatched_reason(&status).is_some() => {
+                if let Some(e) = plimsoll_core::session_ended(&status) {
+                    session.ended = Some((e.reason(), e.detail));
+                }
+                Err(ClientError::from_status(status))
+            }
+            Err(status) => {
+                let Some(record) = unanswered_call(&status) else {
+                    session.lost = Some(format!(
+                        "call {} failed with no answer and no unanswered record",
+                        expected.sequence
+                    ));
+                    return Err(ClientError::MayHaveRun { status });
+                };
+                if let Err(error) = check_unanswered(&req, &record, &expected, &session.evidence) {
+                    session.lost = Some(format!("call {}: {error}", expected.sequence));
+                    return Err(ClientError::MayHaveRun { status });
+                }
+                session.advance(&record.record_sha256);
+                Err(ClientError::Unanswered {
+                    status,
+                    record: Box::new(record),
+                })
+            }
+        }
+    }
+
+    /// Closes `session` and checks that the daemon's count of executed calls and last
+    /// record digest are this client's own.
+    pub async fn close_session(
+        &mut self,
+        session: &Session,
+    ) -> Result<pb::CloseSessionResponse, ClientError> {
+        let closed = self
+            .inner
+            .close_session(self.request(pb::CloseSessionRequest {
+                protocol: plimsoll_core::PROTOCOL,
+                session_id: session.id.clone(),
+            }))
+            .await
+            .map_err(ClientError::from_status)?
+            .into_inner();
+        if closed.session != session.opened.session {
+            return Err(ClientError::CloseMismatch(
+                "the close answer names another session".into(),
+            ));
+        }
+        if session.lost.is_none()
+            && (closed.calls != session.calls || closed.last_record_sha256 != session.last_sha256)
+        {
+            return Err(ClientError::CloseMismatch(format!(
+                "the daemon counts {} calls ending in {:?}, this client {} ending in {:?}",
+                closed.calls, closed.last_record_sha256, session.calls, session.last_sha256
+            )));
+        }
+        Ok(closed)
+    }
 }
 
 /// A rustls client config trusting exactly the certificates in `ca_file`.
+/// A session as its caller holds it: the id (a capability, never printed), what the
+/// daemon stated at open, and the chain position this client has checked.
+#[derive(Clone)]
+pub struct Session {
+    id: String,
+    opened: pb::OpenSessionResponse,
+    evidence: SessionEvidence,
+    calls: u64,
+    last_sha256: String,
+    lost: Option<String>,
+    ended: Option<(pb::SessionEnd, String)>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("session", &self.opened.session)
+            .field("calls", &self.calls)
+            .field("last_sha256", &self.last_sha256)
+            .field("lost", &self.lost)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Resumes a session from its id and the chain position a caller stored (for example
+    /// a CLI between two commands). The evidence of unanswered records is checked against
+    /// `opened`.
+    pub fn resume(
+        id: String,
+        opened: pb::OpenSessionResponse,
+        calls: u64,
+        last_sha256: String,
+    ) -> Session {
+        Session {
+            evidence: SessionEvidence {
+                provider: opened.sandbox.clone(),
+                isolation: opened.isolation.clone(),
+                environment: String::new(),
+                software_identity: opened.software_identity.clone(),
+                policy: String::new(),
+            },
+            id,
+            opened,
+            calls,
+            last_sha256,
+            lost: None,
+            ended: None,
+        }
+    }
+    /// The session id: a capability; keep it as secret as a token.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// What the daemon answered at open.
+    pub fn opened(&self) -> &pb::OpenSessionResponse {
+        &self.opened
+    }
+    /// The fingerprint (what records and logs carry).
+    pub fn fingerprint(&self) -> &str {
+        &self.opened.session
+    }
+    /// Executed calls this client has checked (answered and unanswered).
+    pub fn calls(&self) -> u64 {
+        self.calls
+    }
+    /// The last checked record digest, empty before the first call.
+    pub fn last_record_sha256(&self) -> &str {
+        &self.last_sha256
+    }
+    /// Why the chain can no longer be followed, if it cannot.
+    pub fn lost(&self) -> Option<&str> {
+        self.lost.as_deref()
+    }
+    /// Why the session ended, once an answer said so.
+    pub fn ended(&self) -> Option<&(pb::SessionEnd, String)> {
+        self.ended.as_ref()
+    }
+    fn next_link(&self) -> ChainLink {
+        ChainLink {
+            session: self.opened.session.clone(),
+            sequence: self.calls + 1,
+            previous_sha256: self.last_sha256.clone(),
+        }
+    }
+    fn advance(&mut self, sha: &str) {
+        self.calls += 1;
+        self.last_sha256 = sha.to_owned();
+    }
+}
+
 fn tls_connector(ca_file: &std::path::Path) -> Result<tokio_rustls::TlsConnector, String> {
     let pem = std::fs::read(ca_file)
         .map_err(|e| format!("CA file {}: cannot read: {e}", ca_file.display()))?;

@@ -2,7 +2,10 @@
 //!
 //! Any failure means the answer cannot be trusted and the code may have run.
 
-use crate::digest::{record_digest, request_digest, result_digest, software_rule_id};
+use crate::digest::{
+    record_digest, request_digest, result_digest, session_call_as_run, software_rule_id, ChainLink,
+    SessionEvidence, UNANSWERED_RECORD_VERSION,
+};
 use crate::pb;
 use crate::tier::{Floor, Tier};
 
@@ -39,7 +42,40 @@ pub enum CheckError {
     /// A single run whose record carries session chain fields.
     #[error("a single run's record carries session fields; the code may have run")]
     UnexpectedSession,
+    /// A session call's record is not the next link of the session's chain.
+    #[error("the session chain breaks at {field}: expected {expected:?}, got {got:?}; the code may have run")]
+    Chain {
+        /// `session`, `sequence` or `previous_sha256`.
+        field: &'static str,
+        /// What the client's own chain says.
+        expected: String,
+        /// What the record says.
+        got: String,
+    },
+    /// An unanswered record's `unanswered` is not a gRPC code name, or it carries a result.
+    #[error("the unanswered record is malformed: {0}; the code may have run")]
+    Unanswered(String),
 }
+
+/// The gRPC code names an unanswered record may carry.
+pub const UNANSWERED_CODES: [&str; 16] = [
+    "canceled",
+    "unknown",
+    "invalid_argument",
+    "deadline_exceeded",
+    "not_found",
+    "already_exists",
+    "permission_denied",
+    "resource_exhausted",
+    "failed_precondition",
+    "aborted",
+    "out_of_range",
+    "unimplemented",
+    "internal",
+    "unavailable",
+    "data_loss",
+    "unauthenticated",
+];
 
 fn same(field: &'static str, expected: &str, got: &str) -> Result<(), CheckError> {
     if expected == got {
@@ -55,10 +91,30 @@ fn same(field: &'static str, expected: &str, got: &str) -> Result<(), CheckError
 
 /// Checks a single run's answer against what was sent.
 pub fn check_answer(sent: &pb::RunRequest, answer: &pb::RunResponse) -> Result<(), CheckError> {
+    check_linked(sent, answer, &ChainLink::default())
+}
+
+/// Checks a session call's answer: everything [`check_answer`] checks, against the call as
+/// the `RunRequest` it digests like, and that the record is `expected`, the next link of
+/// the client's own chain.
+pub fn check_session_answer(
+    sent: &pb::SessionRunRequest,
+    answer: &pb::RunResponse,
+    expected: &ChainLink,
+) -> Result<(), CheckError> {
+    check_linked(&session_call_as_run(sent), answer, expected)
+}
+
+fn check_linked(
+    sent: &pb::RunRequest,
+    answer: &pb::RunResponse,
+    expected: &ChainLink,
+) -> Result<(), CheckError> {
     let rec = answer.record.as_ref().ok_or(CheckError::NoRecord)?;
     if rec.version != 2 {
         return Err(CheckError::Version(rec.version));
     }
+    // The request first, as a client reports what it sent before what it got.
     same("request_sha256", &request_digest(sent), &rec.request_sha256)?;
     same("result_sha256", &result_digest(answer), &rec.result_sha256)?;
     same("provider", &answer.sandbox, &rec.provider)?;
@@ -69,11 +125,60 @@ pub fn check_answer(sent: &pb::RunRequest, answer: &pb::RunResponse) -> Result<(
         &answer.software_identity,
         &rec.software_identity,
     )?;
+    check_record(sent, rec, expected)
+}
+
+/// Checks a version-3 record of a session call that may have run but has no answer: no
+/// result, a known code, the request digest, the rule, the floor, its own digest, its
+/// place in the chain, and that its provider, tier and software identity are what the
+/// session stated when it opened.
+pub fn check_unanswered(
+    sent: &pb::SessionRunRequest,
+    rec: &pb::RunRecord,
+    expected: &ChainLink,
+    opened: &SessionEvidence,
+) -> Result<(), CheckError> {
+    if rec.version != UNANSWERED_RECORD_VERSION {
+        return Err(CheckError::Version(rec.version));
+    }
+    if !rec.result_sha256.is_empty() {
+        return Err(CheckError::Unanswered("it carries a result digest".into()));
+    }
+    if !UNANSWERED_CODES.contains(&rec.unanswered.as_str()) {
+        return Err(CheckError::Unanswered(format!(
+            "{:?} is not a gRPC code name",
+            rec.unanswered
+        )));
+    }
+    same("provider", &opened.provider, &rec.provider)?;
+    same("isolation", &opened.isolation, &rec.isolation)?;
+    // The open answer states no environment, so that one field is not compared.
     same(
-        "software_rule_id",
-        &software_rule_id(sent.software_rule.as_ref()),
-        &rec.software_rule_id,
+        "software_identity",
+        &opened.software_identity,
+        &rec.software_identity,
     )?;
+    check_record(&session_call_as_run(sent), rec, expected)
+}
+
+/// What every record check shares: request digest, rule, floor, own digest, chain link.
+fn check_record(
+    sent: &pb::RunRequest,
+    rec: &pb::RunRecord,
+    expected: &ChainLink,
+) -> Result<(), CheckError> {
+    same("request_sha256", &request_digest(sent), &rec.request_sha256)?;
+    let rule_id = software_rule_id(sent.software_rule.as_ref());
+    same("software_rule_id", &rule_id, &rec.software_rule_id)?;
+    if let Some(rule) = sent.software_rule.as_ref().filter(|r| !r.mode.is_empty()) {
+        if rec.software_identity.is_empty() || !rule.identities.contains(&rec.software_identity) {
+            return Err(CheckError::Mismatch {
+                field: "software_identity",
+                expected: rule_id,
+                got: rec.software_identity.clone(),
+            });
+        }
+    }
     let floor = Floor::parse(&sent.minimum_isolation).unwrap_or(Floor::NONE);
     let tier: Option<Tier> = rec.isolation.parse().ok();
     if !tier.is_some_and(|t| t.meets(floor)) {
@@ -83,8 +188,32 @@ pub fn check_answer(sent: &pb::RunRequest, answer: &pb::RunResponse) -> Result<(
         });
     }
     same("record_sha256", &record_digest(rec), &rec.record_sha256)?;
-    if !rec.session.is_empty() || rec.sequence != 0 || !rec.previous_sha256.is_empty() {
-        return Err(CheckError::UnexpectedSession);
+    if expected.session.is_empty() {
+        if !rec.session.is_empty() || rec.sequence != 0 || !rec.previous_sha256.is_empty() {
+            return Err(CheckError::UnexpectedSession);
+        }
+        return Ok(());
     }
-    Ok(())
+    let link = |field, e: String, g: String| {
+        if e == g {
+            Ok(())
+        } else {
+            Err(CheckError::Chain {
+                field,
+                expected: e,
+                got: g,
+            })
+        }
+    };
+    link("session", expected.session.clone(), rec.session.clone())?;
+    link(
+        "sequence",
+        expected.sequence.to_string(),
+        rec.sequence.to_string(),
+    )?;
+    link(
+        "previous_sha256",
+        expected.previous_sha256.clone(),
+        rec.previous_sha256.clone(),
+    )
 }

@@ -271,6 +271,20 @@ pub fn record_digest(r: &pb::RunRecord) -> String {
     e.finish()
 }
 
+/// A session call's place in its session's chain (all empty for a single run).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChainLink {
+    /// The session's fingerprint.
+    pub session: String,
+    /// The 1-based number of this call among the session's executed calls.
+    pub sequence: u64,
+    /// The previous call's `record_sha256`, empty for the first call.
+    pub previous_sha256: String,
+}
+
+/// The record version of a session call that may have run but has no answer.
+pub const UNANSWERED_RECORD_VERSION: u32 = 3;
+
 /// Stamps a version-2 record for a single run onto `resp`: evidence from the answer,
 /// both digests, and the record digest. `ended_unix_ms` must come from the monotonic
 /// elapsed time added to `started_unix_ms`.
@@ -281,6 +295,25 @@ pub fn stamp(
     started_unix_ms: i64,
     ended_unix_ms: i64,
 ) {
+    stamp_linked(
+        req,
+        resp,
+        policy,
+        (started_unix_ms, ended_unix_ms),
+        &ChainLink::default(),
+    );
+}
+
+/// Stamps a version-2 record carrying `link` (a session call's chain fields) onto `resp`;
+/// `req` is the call as the `RunRequest` it digests like ([`session_call_as_run`]).
+/// `times` is (`started_unix_ms`, `ended_unix_ms`).
+pub fn stamp_linked(
+    req: &pb::RunRequest,
+    resp: &mut pb::RunResponse,
+    policy: &str,
+    times: (i64, i64),
+    link: &ChainLink,
+) {
     let mut rec = pb::RunRecord {
         version: RECORD_VERSION,
         request_sha256: request_digest(req),
@@ -289,12 +322,62 @@ pub fn stamp(
         isolation: resp.isolation.clone(),
         environment: resp.environment.clone(),
         policy: policy.to_owned(),
-        started_unix_ms,
-        ended_unix_ms: ended_unix_ms.max(started_unix_ms),
+        started_unix_ms: times.0,
+        ended_unix_ms: times.1.max(times.0),
         software_identity: resp.software_identity.clone(),
         software_rule_id: software_rule_id(req.software_rule.as_ref()),
+        session: link.session.clone(),
+        sequence: link.sequence,
+        previous_sha256: link.previous_sha256.clone(),
         ..Default::default()
     };
     rec.record_sha256 = record_digest(&rec);
     resp.record = Some(rec);
+}
+
+/// Where a session runs, as stated when it was opened: the evidence an unanswered call's
+/// record carries, since no answer states it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionEvidence {
+    /// The provider (`OpenSessionResponse.sandbox`).
+    pub provider: String,
+    /// The tier at open.
+    pub isolation: String,
+    /// The outer environment identity.
+    pub environment: String,
+    /// The software identity at open.
+    pub software_identity: String,
+    /// The verified policy digest, or empty.
+    pub policy: String,
+}
+
+/// The version-3 record of a session call that may have run but has no answer: empty
+/// result digest, `unanswered` = the gRPC code's name (`internal`, `unavailable`, ...).
+pub fn unanswered_record(
+    req: &pb::RunRequest,
+    evidence: &SessionEvidence,
+    code: &str,
+    times: (i64, i64),
+    link: &ChainLink,
+) -> pb::RunRecord {
+    let mut rec = pb::RunRecord {
+        version: UNANSWERED_RECORD_VERSION,
+        request_sha256: request_digest(req),
+        result_sha256: String::new(),
+        unanswered: code.to_owned(),
+        provider: evidence.provider.clone(),
+        isolation: evidence.isolation.clone(),
+        environment: evidence.environment.clone(),
+        policy: evidence.policy.clone(),
+        started_unix_ms: times.0,
+        ended_unix_ms: times.1.max(times.0),
+        software_identity: evidence.software_identity.clone(),
+        software_rule_id: software_rule_id(req.software_rule.as_ref()),
+        session: link.session.clone(),
+        sequence: link.sequence,
+        previous_sha256: link.previous_sha256.clone(),
+        ..Default::default()
+    };
+    rec.record_sha256 = record_digest(&rec);
+    rec
 }

@@ -42,7 +42,9 @@ pub mod refusal;
 pub mod tier;
 pub mod validate;
 
-pub use refusal::{not_dispatched_reason, Reason, Refusal};
+pub use refusal::{
+    not_dispatched_reason, session_ended, unanswered_call, unanswered_status, Reason, Refusal,
+};
 pub use tier::{Floor, Tier};
 
 /// The one protocol number this release serves.

@@ -14,6 +14,10 @@ use crate::rpc_status;
 
 /// Type URL of the not-dispatched detail.
 pub const NOT_DISPATCHED_TYPE_URL: &str = "type.googleapis.com/plimsoll.v1.NotDispatched";
+/// Type URL of the detail saying a session has ended, and why.
+pub const SESSION_ENDED_TYPE_URL: &str = "type.googleapis.com/plimsoll.v1.SessionEnded";
+/// Type URL of the detail carrying an unanswered session call's version-3 record.
+pub const UNANSWERED_CALL_TYPE_URL: &str = "type.googleapis.com/plimsoll.v1.UnansweredCall";
 
 /// Why a call was refused before anything ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -186,23 +190,85 @@ impl Refusal {
 
     /// The gRPC status carrying the not-dispatched detail.
     pub fn to_status(&self) -> tonic::Status {
+        self.to_status_with(None)
+    }
+
+    /// The gRPC status carrying the not-dispatched detail and, for a session call or close
+    /// on a session that has ended (or is unknown), the `SessionEnded` detail.
+    pub fn to_status_with(&self, ended: Option<(pb::SessionEnd, &str)>) -> tonic::Status {
         let detail = pb::NotDispatched {
             reason: self.reason.to_wire() as i32,
         };
-        let envelope = rpc_status::Status {
-            code: self.code as i32,
-            message: self.message.clone(),
-            details: vec![prost_types::Any {
-                type_url: NOT_DISPATCHED_TYPE_URL.to_owned(),
-                value: detail.encode_to_vec(),
-            }],
-        };
-        tonic::Status::with_details(
-            self.code,
-            self.message.clone(),
-            envelope.encode_to_vec().into(),
-        )
+        let mut details = vec![prost_types::Any {
+            type_url: NOT_DISPATCHED_TYPE_URL.to_owned(),
+            value: detail.encode_to_vec(),
+        }];
+        if let Some((reason, detail)) = ended {
+            details.push(session_ended_any(reason, detail));
+        }
+        status_with(self.code, &self.message, details)
     }
+}
+
+fn status_with(code: tonic::Code, message: &str, details: Vec<prost_types::Any>) -> tonic::Status {
+    let envelope = rpc_status::Status {
+        code: code as i32,
+        message: message.to_owned(),
+        details,
+    };
+    tonic::Status::with_details(code, message.to_owned(), envelope.encode_to_vec().into())
+}
+
+fn session_ended_any(reason: pb::SessionEnd, detail: &str) -> prost_types::Any {
+    prost_types::Any {
+        type_url: SESSION_ENDED_TYPE_URL.to_owned(),
+        value: pb::SessionEnded {
+            reason: reason as i32,
+            detail: detail.to_owned(),
+        }
+        .encode_to_vec(),
+    }
+}
+
+/// The error of a session call that may have run but has no answer: no not-dispatched
+/// mark, the call's version-3 record as the `UnansweredCall` detail, and `SessionEnded`
+/// when the session ended with it.
+pub fn unanswered_status(
+    code: tonic::Code,
+    message: &str,
+    record: pb::RunRecord,
+    ended: Option<(pb::SessionEnd, &str)>,
+) -> tonic::Status {
+    let mut details = vec![prost_types::Any {
+        type_url: UNANSWERED_CALL_TYPE_URL.to_owned(),
+        value: pb::UnansweredCall {
+            record: Some(record),
+        }
+        .encode_to_vec(),
+    }];
+    if let Some((reason, detail)) = ended {
+        details.push(session_ended_any(reason, detail));
+    }
+    status_with(code, message, details)
+}
+
+fn find_detail<M: Message + Default>(status: &tonic::Status, type_url: &str) -> Option<M> {
+    let envelope = rpc_status::Status::decode(status.details()).ok()?;
+    envelope
+        .details
+        .iter()
+        .filter(|any| any.type_url == type_url)
+        .find_map(|any| M::decode(any.value.as_slice()).ok())
+}
+
+/// The `SessionEnded` detail a status carries, if any.
+pub fn session_ended(status: &tonic::Status) -> Option<pb::SessionEnded> {
+    find_detail(status, SESSION_ENDED_TYPE_URL)
+}
+
+/// The record of an unanswered session call a status carries, if any.
+pub fn unanswered_call(status: &tonic::Status) -> Option<pb::RunRecord> {
+    find_detail::<pb::UnansweredCall>(status, UNANSWERED_CALL_TYPE_URL).and_then(|u| u.record)
 }
 
 impl From<Refusal> for tonic::Status {
@@ -213,12 +279,7 @@ impl From<Refusal> for tonic::Status {
 
 /// The not-dispatched reason a status carries, if any. `None` means the call may have run.
 pub fn not_dispatched_reason(status: &tonic::Status) -> Option<Reason> {
-    let envelope = rpc_status::Status::decode(status.details()).ok()?;
-    envelope
-        .details
-        .iter()
-        .filter(|any| any.type_url == NOT_DISPATCHED_TYPE_URL)
-        .find_map(|any| pb::NotDispatched::decode(any.value.as_slice()).ok())
+    find_detail::<pb::NotDispatched>(status, NOT_DISPATCHED_TYPE_URL)
         .and_then(|d| pb::NotDispatchedReason::try_from(d.reason).ok())
         .and_then(Reason::from_wire)
 }

@@ -125,6 +125,85 @@ pub struct Envelope {
 /// Validates the envelope (floor, timeout, software rule) and the payload of a `Run`.
 /// The protocol number is checked before this, by `Refusal::check_protocol`.
 pub fn validate_run(r: &pb::RunRequest) -> Result<Envelope, Refusal> {
+    if matches!(r.payload, Some(Payload::Cell(_))) {
+        return Err(Refusal::request(
+            "a cell runs only in a session (SessionRun), not through Run",
+        ));
+    }
+    validate_payload(r)
+}
+
+/// Validates a `SessionRun` (as the `RunRequest` it digests like): a cell is allowed, a
+/// module is not. The session id is looked up by the daemon, not here.
+pub fn validate_session_call(r: &pb::SessionRunRequest) -> Result<Envelope, Refusal> {
+    validate_payload(&crate::digest::session_call_as_run(r))
+}
+
+/// The cell languages a session may keep an interpreter for.
+pub const CELL_LANGUAGES: [&str; 2] = ["javascript", "python"];
+
+/// Checks an owner (`[A-Za-z0-9._:-]{1,64}`, or empty for none).
+pub fn check_owner(owner: &str) -> Result<(), Refusal> {
+    let ok = owner.len() <= 64
+        && owner
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".:_-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(Refusal::request(
+            "owner must be 1 to 64 characters of A-Z a-z 0-9 . _ : - (or empty)",
+        ))
+    }
+}
+
+/// What validation learned about an `OpenSession`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenEnvelope {
+    /// The parsed floor.
+    pub floor: Floor,
+    /// The lifetime the caller asked for (`None`: the daemon's maximum).
+    pub lifetime_ms: Option<u32>,
+    /// The idle timeout the caller asked for (`None`: the daemon's maximum).
+    pub idle_timeout_ms: Option<u32>,
+    /// The language hints, each one of [`CELL_LANGUAGES`] or `shell`, without repeats.
+    pub languages: Vec<String>,
+}
+
+/// Validates an `OpenSession` request's envelope: floor, software rule, lifetime and idle
+/// timeout (a non-zero idle timeout is at least one second), language hints, owner.
+pub fn validate_open(r: &pb::OpenSessionRequest) -> Result<OpenEnvelope, Refusal> {
+    let floor = Floor::parse(&r.minimum_isolation)
+        .map_err(|e| Refusal::request(format!("minimum_isolation: {e}")))?;
+    if let Some(rule) = &r.software_rule {
+        check_software_rule(rule)?;
+    }
+    if r.idle_timeout_ms != 0 && r.idle_timeout_ms < 1000 {
+        return Err(Refusal::request(
+            "idle_timeout_ms must be 0 (the daemon's) or at least 1000",
+        ));
+    }
+    let mut languages: Vec<String> = Vec::new();
+    for l in &r.languages {
+        if !CELL_LANGUAGES.contains(&l.as_str()) && l != "shell" {
+            return Err(Refusal::request(format!(
+                "language {l:?} is not javascript, python or shell"
+            )));
+        }
+        if !languages.contains(l) {
+            languages.push(l.clone());
+        }
+    }
+    check_owner(&r.owner)?;
+    Ok(OpenEnvelope {
+        floor,
+        lifetime_ms: (r.lifetime_ms > 0).then_some(r.lifetime_ms),
+        idle_timeout_ms: (r.idle_timeout_ms > 0).then_some(r.idle_timeout_ms),
+        languages,
+    })
+}
+
+fn validate_payload(r: &pb::RunRequest) -> Result<Envelope, Refusal> {
     let floor = Floor::parse(&r.minimum_isolation)
         .map_err(|e| Refusal::request(format!("minimum_isolation: {e}")))?;
     if let Some(rule) = &r.software_rule {
@@ -137,23 +216,19 @@ pub fn validate_run(r: &pb::RunRequest) -> Result<Envelope, Refusal> {
                 "the request carries no payload; send javascript or project",
             ))
         }
-        Some(Payload::Cell(_)) => {
-            return Err(Refusal::request(
-                "a cell runs only in a session (SessionRun), not through Run",
-            ))
+        Some(Payload::Cell(c)) => {
+            if !CELL_LANGUAGES.contains(&c.language.as_str()) {
+                return Err(Refusal::request(format!(
+                    "cell.language {:?} is not javascript or python",
+                    c.language
+                )));
+            }
+            check_code("cell.code", &c.code)?;
+            check_files(&c.files)?;
         }
         Some(Payload::Module(_)) => {}
         Some(Payload::Javascript(js)) => {
-            if js.code.is_empty() {
-                return Err(Refusal::request("javascript.code is empty"));
-            }
-            if js.code.len() > MAX_CODE_BYTES {
-                return Err(Refusal::request(format!(
-                    "javascript.code is {} bytes; at most {MAX_CODE_BYTES}",
-                    js.code.len()
-                )));
-            }
-            no_nul("javascript.code", &js.code)?;
+            check_code("javascript.code", &js.code)?;
             check_grant_profile(&js.grant_profile)?;
         }
         Some(Payload::Project(p)) => {
@@ -192,6 +267,19 @@ pub fn validate_run(r: &pb::RunRequest) -> Result<Envelope, Refusal> {
         }
     }
     Ok(Envelope { floor, timeout_ms })
+}
+
+fn check_code(name: &str, code: &str) -> Result<(), Refusal> {
+    if code.is_empty() {
+        return Err(Refusal::request(format!("{name} is empty")));
+    }
+    if code.len() > MAX_CODE_BYTES {
+        return Err(Refusal::request(format!(
+            "{name} is {} bytes; at most {MAX_CODE_BYTES}",
+            code.len()
+        )));
+    }
+    no_nul(name, code)
 }
 
 fn check_software_rule(rule: &pb::SoftwareRule) -> Result<(), Refusal> {

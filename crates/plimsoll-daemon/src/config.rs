@@ -94,6 +94,7 @@ pub const DAEMON_VARIABLES: &[Variable] = &[
 /// order. `plimsolld --help` prints them.
 pub static VARIABLES: LazyLock<Vec<Variable>> = LazyLock::new(|| {
     let mut all = DAEMON_VARIABLES.to_vec();
+    all.extend_from_slice(crate::sessions::SESSION_VARIABLES);
     for table in ProviderConfig::tables() {
         all.extend_from_slice(table);
     }
@@ -155,6 +156,8 @@ pub struct Config {
     /// provider) needs for grants with more than one caller (any run can take another run's
     /// relay secret).
     pub process_grants_trust_all_callers: bool,
+    /// Sessions: caps, lifetimes, disk (`SANDBOX_MAX_SESSIONS` 0 turns them off).
+    pub sessions: crate::sessions::SessionSettings,
 }
 
 /// Whether an address is loopback (`127.0.0.0/8`, `::1`). An unspecified address is not.
@@ -287,6 +290,7 @@ impl Config {
         let process_grants_trust_all_callers =
             v.bool("PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS")?;
         let provider = ProviderConfig::from_env(&provider_name, env, &shared)?;
+        let sessions = crate::sessions::SessionSettings::from_vars(&v)?;
         shared_user_grants_check(
             &provider,
             &grants,
@@ -308,6 +312,7 @@ impl Config {
             max_concurrent,
             shared,
             shutdown_grace: Duration::from_secs(310),
+            sessions,
         })
     }
 
@@ -330,6 +335,7 @@ impl Config {
             shutdown_grace: Duration::from_secs(10),
             grants: plimsoll_grants::Grants::empty(),
             process_grants_trust_all_callers: false,
+            sessions: crate::sessions::SessionSettings::default(),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod provider;
 pub mod server;
 pub mod service;
+pub mod sessions;
 
 pub use config::{Config, ProviderConfig};
 pub use server::{start, start_until, RunningDaemon, StartError};

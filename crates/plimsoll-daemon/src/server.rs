@@ -17,6 +17,7 @@ use crate::config::{is_loopback, CallerAuth, Config, RESOURCE_VARIABLES};
 use crate::metrics::Metrics;
 use crate::provider::{self, Provider};
 use crate::service::Service;
+use crate::sessions::SessionTable;
 
 /// Why the daemon did not start. Each message names what to fix.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +67,12 @@ pub enum StartError {
     /// docker: every container of the instance removed) and nothing was served.
     #[error("stopped during startup; nothing was served")]
     Stopped,
+    /// Sessions are on for a provider that does not keep them.
+    #[error("SANDBOX_MAX_SESSIONS: {0}")]
+    Sessions(String),
+    /// The startup session smoke test failed.
+    #[error("session smoke test failed: {0}")]
+    SessionSmoke(String),
 }
 
 impl StartError {
@@ -76,8 +83,14 @@ impl StartError {
     /// variant must choose its code.
     pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::BelowFloor { .. } | StartError::Hardened(_) | StartError::Tls { .. } => 2,
-            StartError::Provider(_) | StartError::Bind { .. } | StartError::Withheld(_) => 1,
+            StartError::BelowFloor { .. }
+            | StartError::Hardened(_)
+            | StartError::Tls { .. }
+            | StartError::Sessions(_) => 2,
+            StartError::Provider(_)
+            | StartError::Bind { .. }
+            | StartError::Withheld(_)
+            | StartError::SessionSmoke(_) => 1,
             StartError::Stopped => 0,
         }
     }
@@ -110,6 +123,9 @@ pub fn hardened_violations(cfg: &Config, tier: Option<Tier>) -> Vec<String> {
             "PLIMSOLL_TLS_CERT/PLIMSOLL_TLS_KEY are not set and PLIMSOLL_ADDR {} is not loopback: callers' bearer tokens would cross the network in plaintext (set both, or listen on a loopback address)",
             cfg.addr
         ));
+    }
+    if cfg.sessions.enabled() && cfg.sessions.per_caller == 0 {
+        v.push("SANDBOX_MAX_SESSIONS_PER_CALLER is not set; with sessions on, one caller could hold every session (set a per-caller cap)".into());
     }
     if let Some(m) = cfg.metrics_addr.filter(|m| !is_loopback(m)) {
         v.push(format!("PLIMSOLL_METRICS_ADDR {m} is not loopback; the metrics listener serves plain HTTP (set it to a loopback address or off)"));
@@ -158,6 +174,8 @@ pub struct RunningDaemon {
     grace: std::time::Duration,
     /// Stopped last (`Provider::stop`: for docker, every container of the instance removed).
     provider: Arc<dyn Provider>,
+    /// The open sessions (ended `SHUTDOWN` after the drain) and their sweeper.
+    sessions: Option<(Arc<SessionTable>, JoinHandle<()>)>,
 }
 
 impl RunningDaemon {
@@ -189,6 +207,10 @@ impl RunningDaemon {
         }
         if let Some(m) = self.metrics_task {
             m.abort();
+        }
+        if let Some((table, sweeper)) = self.sessions {
+            sweeper.abort();
+            table.shutdown().await;
         }
         self.provider.stop().await;
     }
@@ -272,6 +294,24 @@ async fn start_with(cfg: Config, provider: Arc<dyn Provider>) -> Result<RunningD
             return Err(StartError::Hardened(v));
         }
     }
+    let sessions = if cfg.sessions.enabled() {
+        let Some(opener) = provider.sessions() else {
+            return Err(StartError::Sessions(format!(
+                "is {} but the {} provider does not keep sessions; set SANDBOX_MAX_SESSIONS=0, or use SANDBOX_PROVIDER=process",
+                cfg.sessions.max_sessions, facts.name
+            )));
+        };
+        crate::sessions::smoke::run(opener, &facts)
+            .await
+            .map_err(StartError::SessionSmoke)?;
+        tracing::info!(
+            max_sessions = cfg.sessions.max_sessions,
+            "session smoke test passed"
+        );
+        Some(Arc::new(SessionTable::new(cfg.sessions.clone())))
+    } else {
+        None
+    };
     if let Some(w) = plaintext_tokens_warning(&cfg) {
         tracing::warn!(addr = %cfg.addr, "{w}");
     }
@@ -308,6 +348,22 @@ async fn start_with(cfg: Config, provider: Arc<dyn Provider>) -> Result<RunningD
         metrics.clone(),
     )
     .with_grants(cfg.grants.clone());
+    let service = match &sessions {
+        Some(t) => service.with_sessions(t.clone()),
+        None => service,
+    };
+    let sessions = sessions.map(|t| {
+        let table = t.clone();
+        let sweeper = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::sessions::SWEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                table.sweep().await;
+            }
+        });
+        (t, sweeper)
+    });
     let auth = Authenticator::new(cfg.auth.clone(), metrics.clone());
     let svc = SandboxServiceServer::new(service)
         // The codec refuses anything over 8 MiB as a marked request refusal; tonic's own
@@ -406,5 +462,6 @@ async fn start_with(cfg: Config, provider: Arc<dyn Provider>) -> Result<RunningD
         metrics_task,
         grace: cfg.shutdown_grace,
         provider,
+        sessions,
     })
 }

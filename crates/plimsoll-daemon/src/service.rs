@@ -20,6 +20,9 @@ use crate::auth::Principal;
 use crate::config::Resources;
 use crate::metrics::Metrics;
 use crate::provider::{Answer, Provider, ProviderError, Work};
+use crate::sessions::SessionTable;
+
+mod session_calls;
 
 /// Shared state of one daemon.
 pub struct Service {
@@ -31,6 +34,7 @@ pub struct Service {
     draining: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
     grants: plimsoll_grants::Grants,
+    sessions: Option<Arc<SessionTable>>,
 }
 
 impl Service {
@@ -52,7 +56,14 @@ impl Service {
             draining,
             metrics,
             grants: plimsoll_grants::Grants::empty(),
+            sessions: None,
         }
+    }
+
+    /// Serves sessions from `table` (without it, the session calls answer `unsupported`).
+    pub fn with_sessions(mut self, table: Arc<SessionTable>) -> Self {
+        self.sessions = Some(table);
+        self
     }
 
     /// The grant profiles runs may name (none by default: every grant is refused).
@@ -94,7 +105,47 @@ fn principal_of<T>(req: &Request<T>) -> Result<Principal, Refusal> {
         .ok_or_else(|| Refusal::unauthenticated("the request was not authenticated"))
 }
 
+/// A provider's answer as the response's result.
+fn run_result(a: Answer) -> RunResult {
+    match a {
+        Answer::Javascript(j) => RunResult::Javascript(j),
+        Answer::Project(p) => RunResult::Project(p),
+    }
+}
+
+/// An answer before its record is stamped: the provider's evidence and the result.
+fn response(facts: &crate::provider::Facts, elapsed_ms: i64, result: RunResult) -> pb::RunResponse {
+    pb::RunResponse {
+        sandbox: facts.name.clone(),
+        isolation: facts.tier.map_or("", |t| t.as_str()).to_owned(),
+        duration_ms: elapsed_ms,
+        record: None,
+        software_identity: facts.software_identity.clone(),
+        environment: facts.environment.clone(),
+        result: Some(result),
+    }
+}
+
 impl Service {
+    /// A software rule the provider's identity is not in is refused `environment`.
+    fn software_allowed(
+        &self,
+        rule: Option<&pb::SoftwareRule>,
+        facts: &crate::provider::Facts,
+    ) -> Result<(), Refusal> {
+        if let Some(rule) = rule.filter(|r| !r.mode.is_empty()) {
+            if facts.software_identity.is_empty()
+                || !rule.identities.contains(&facts.software_identity)
+            {
+                return Err(Refusal::environment(format!(
+                    "the {} provider's software identity {:?} is not in the request's rule",
+                    facts.name, facts.software_identity
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn checks(
         &self,
         caller: &Principal,
@@ -154,16 +205,7 @@ impl Service {
                 tier
             )));
         }
-        if let Some(rule) = req.software_rule.as_ref().filter(|r| !r.mode.is_empty()) {
-            if facts.software_identity.is_empty()
-                || !rule.identities.contains(&facts.software_identity)
-            {
-                return Err(Refusal::environment(format!(
-                    "the {} provider's software identity {:?} is not in the request's rule",
-                    facts.name, facts.software_identity
-                )));
-            }
-        }
+        self.software_allowed(req.software_rule.as_ref(), &facts)?;
         if self.draining.load(Ordering::SeqCst) {
             return Err(Refusal::capacity(
                 "the daemon is shutting down; send the run elsewhere or later",
@@ -241,18 +283,7 @@ impl Service {
             }
         };
         let tier = facts.tier.map_or("", |t| t.as_str());
-        let mut resp = pb::RunResponse {
-            sandbox: facts.name.clone(),
-            isolation: tier.to_owned(),
-            duration_ms: elapsed_ms,
-            record: None,
-            software_identity: facts.software_identity.clone(),
-            environment: facts.environment.clone(),
-            result: Some(match answer {
-                Answer::Javascript(j) => RunResult::Javascript(j),
-                Answer::Project(p) => RunResult::Project(p),
-            }),
-        };
+        let mut resp = response(&facts, elapsed_ms, run_result(answer));
         digest::stamp(
             req,
             &mut resp,
@@ -315,14 +346,35 @@ impl Service {
                 pids: self.resources.pids,
                 disk_mb: self.resources.disk_mb,
             }),
-            policy: f.policy,
+            policy: f.policy.clone(),
             max_concurrent: self.max_concurrent as u32,
+            ..self.describe_sessions(&f)
+        }
+    }
+
+    /// What `Describe` states of sessions (all zero when they are off).
+    fn describe_sessions(&self, f: &crate::provider::Facts) -> pb::DescribeResponse {
+        let Some(table) = self.sessions.as_ref() else {
+            return pb::DescribeResponse::default();
+        };
+        let s = table.settings();
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+        pb::DescribeResponse {
+            supports_sessions: s.enabled() && self.provider.sessions().is_some(),
+            session_lifetime_ms: ms(s.lifetime),
+            session_idle_timeout_ms: ms(s.idle),
+            session_environment: Some(pb::PayloadEnvironment {
+                identity: f.environment.clone(),
+                max_timeout_ms: f.max_timeout_ms,
+                software_identity: f.software_identity.clone(),
+                languages: f.languages.clone(),
+            }),
+            max_sessions_per_caller: s.per_caller as u32,
+            max_sessions_per_owner: s.per_owner as u32,
             ..Default::default()
         }
     }
 }
-
-const NO_SESSIONS: &str = "sessions are not offered by this daemon yet; use Run";
 
 #[tonic::async_trait]
 impl SandboxService for Service {
@@ -347,27 +399,30 @@ impl SandboxService for Service {
         &self,
         request: Request<pb::OpenSessionRequest>,
     ) -> Result<Response<pb::OpenSessionResponse>, Status> {
-        principal_of(&request)?;
-        Refusal::check_protocol(request.get_ref().protocol, PROTOCOL)?;
-        Err(Refusal::unsupported(NO_SESSIONS).into())
+        let caller = principal_of(&request)?;
+        self.open_session_checked(&caller, request.get_ref())
+            .await
+            .map(Response::new)
     }
 
     async fn session_run(
         &self,
         request: Request<pb::SessionRunRequest>,
     ) -> Result<Response<pb::SessionRunResponse>, Status> {
-        principal_of(&request)?;
-        Refusal::check_protocol(request.get_ref().protocol, PROTOCOL)?;
-        Err(Refusal::unsupported(NO_SESSIONS).into())
+        let caller = principal_of(&request)?;
+        self.session_run_checked(&caller, request.get_ref())
+            .await
+            .map(Response::new)
     }
 
     async fn close_session(
         &self,
         request: Request<pb::CloseSessionRequest>,
     ) -> Result<Response<pb::CloseSessionResponse>, Status> {
-        principal_of(&request)?;
-        Refusal::check_protocol(request.get_ref().protocol, PROTOCOL)?;
-        Err(Refusal::unsupported(NO_SESSIONS).into())
+        let caller = principal_of(&request)?;
+        self.close_session_checked(&caller, request.get_ref())
+            .await
+            .map(Response::new)
     }
 }
 
