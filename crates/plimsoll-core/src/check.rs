@@ -161,24 +161,18 @@ pub fn check_unanswered(
     check_record(&session_call_as_run(sent), rec, expected)
 }
 
-/// What every record check shares: request digest, rule, floor, own digest, chain link.
+/// What every record check shares: request digest, rule id, floor, own digest, chain link.
 fn check_record(
     sent: &pb::RunRequest,
     rec: &pb::RunRecord,
     expected: &ChainLink,
 ) -> Result<(), CheckError> {
     same("request_sha256", &request_digest(sent), &rec.request_sha256)?;
-    let rule_id = software_rule_id(sent.software_rule.as_ref());
-    same("software_rule_id", &rule_id, &rec.software_rule_id)?;
-    if let Some(rule) = sent.software_rule.as_ref().filter(|r| !r.mode.is_empty()) {
-        if rec.software_identity.is_empty() || !rule.identities.contains(&rec.software_identity) {
-            return Err(CheckError::Mismatch {
-                field: "software_identity",
-                expected: rule_id,
-                got: rec.software_identity.clone(),
-            });
-        }
-    }
+    same(
+        "software_rule_id",
+        &software_rule_id(sent.software_rule.as_ref()),
+        &rec.software_rule_id,
+    )?;
     let floor = Floor::parse(&sent.minimum_isolation).unwrap_or(Floor::NONE);
     let tier: Option<Tier> = rec.isolation.parse().ok();
     if !tier.is_some_and(|t| t.meets(floor)) {

@@ -276,7 +276,12 @@ pub async fn start_until(
     }
 }
 
-async fn start_with(cfg: Config, provider: Arc<dyn Provider>) -> Result<RunningDaemon, StartError> {
+/// [`start`] with a provider built elsewhere (an embedder's own, or a test's): `cfg.provider`
+/// is then ignored. A failed startup does not stop `provider`; that is the caller's.
+pub async fn start_with(
+    cfg: Config,
+    provider: Arc<dyn Provider>,
+) -> Result<RunningDaemon, StartError> {
     provider.start().await?;
     let facts = provider.facts();
     if let Some(floor) = cfg.min_isolation.0 {

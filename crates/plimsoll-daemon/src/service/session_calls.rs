@@ -140,7 +140,7 @@ impl Service {
         };
         let session = opener
             .open(SessionSpec {
-                languages: languages.clone(),
+                languages,
                 disk_mb: settings.disk_mb,
             })
             .await
@@ -168,7 +168,7 @@ impl Service {
                 owner: req.owner.clone(),
                 evidence,
                 tier,
-                languages,
+                languages: facts.languages.clone(),
                 lifetime,
                 idle_timeout,
                 session,
@@ -310,28 +310,32 @@ impl Service {
         let as_run = digest::session_call_as_run(req);
         let kind = digest::payload_kind(as_run.payload.as_ref());
         let trace_id = clean_trace_id(&req.trace_id).unwrap_or("");
-        // The provider's end first, then the lifetime's: the first end stands.
-        let mut end = outcome
+        // The provider's end first, then the lifetime's: the first end stands. The session
+        // ends only once this call is counted, so its tombstone holds the call.
+        let mut wanted_end = outcome
             .ended
             .as_ref()
             .map(|e| (e.cause.to_wire(), e.detail.clone()));
-        if end.is_none() && entry.remaining().is_zero() {
-            end = Some((
+        if wanted_end.is_none() && entry.remaining().is_zero() {
+            wanted_end = Some((
                 pb::SessionEnd::Expired,
                 "the session's lifetime is over".to_owned(),
             ));
         }
-        let end = match end {
-            Some((reason, detail)) => Some(table.end_in_turn(&entry, reason, &detail).await),
-            None => None,
+        let end_now = |wanted: Option<(pb::SessionEnd, String)>| async {
+            match wanted {
+                Some((reason, detail)) => Some(table.end_in_turn(&entry, reason, &detail).await),
+                None => None,
+            }
         };
-        let ended_ref = end.as_ref().map(|(r, d)| (*r, d.as_str()));
         let answer = match outcome.answer {
             Ok(a) => a,
             Err(ProviderError::Refused(r)) => {
+                let end = end_now(wanted_end).await;
+                let ended_ref = end.as_ref().map(|(r, d)| (*r, d.as_str()));
                 return Err(self
                     .refused(caller, "session_run", r)
-                    .to_status_with(ended_ref))
+                    .to_status_with(ended_ref));
             }
             Err(ProviderError::Failed(msg)) => {
                 self.metrics.failed();
@@ -346,11 +350,11 @@ impl Service {
                 tracing::error!(target: "plimsoll::audit", caller = %caller.id, op = kind, trace_id,
                     session = %entry.fingerprint, sequence = link.sequence, error = %msg,
                     record_sha256 = %rec.record_sha256, "session call failed after dispatch; the code may have run");
+                let end = end_now(wanted_end).await;
+                let ended_ref = end.as_ref().map(|(r, d)| (*r, d.as_str()));
                 return Err(unanswered_status(
                     tonic::Code::Internal,
-                    &format!(
-                        "the session call failed after dispatch and the code may have run: {msg}"
-                    ),
+                    &format!("the session call failed after dispatch and the code may have run: {msg}"),
                     rec,
                     ended_ref,
                 ));
@@ -377,7 +381,8 @@ impl Service {
             duration_ms = elapsed_ms, request_sha256 = %rec.request_sha256,
             result_sha256 = %rec.result_sha256, record_sha256 = %rec.record_sha256,
             "session call answered");
-        let (ended, end_detail) = end.map_or((pb::SessionEnd::Unspecified, String::new()), |e| e);
+        let end = end_now(wanted_end).await;
+        let (ended, end_detail) = end.unwrap_or((pb::SessionEnd::Unspecified, String::new()));
         Ok(pb::SessionRunResponse {
             run: Some(resp),
             ended: ended as i32,
