@@ -12,6 +12,7 @@ tasks:
   bench sandboxd-tls   the TLS terminator against direct plaintext and stunnel4 (loopback)
   images               the Docker provider's sandbox image, without a registry (debootstrap)
   bench process        plimsolld (process provider) against spawning the same program directly
+  bench sessions       a call in an open session against a single run (process provider); open time; idle memory
   bench quickjs        plimsolld (quickjs provider) against `node -e` and the process provider
   bench docker         Docker provider run latency (warm pool, none) against `docker run`
   bench agentsandbox   claim-to-result latency through the fake Kubernetes API server, by phase

@@ -100,7 +100,11 @@ fn a_chain_verifies_and_a_tampered_middle_record_breaks_it() {
     // The middle record re-stamped consistently with forged output: its own digest checks,
     // but the next record's previous_sha256 no longer names it.
     let mut restamped = answers.clone();
-    let forged = answer(&reqs[1], "forged", &link(&fp, 2, &answers[0].record.as_ref().unwrap().record_sha256));
+    let forged = answer(
+        &reqs[1],
+        "forged",
+        &link(&fp, 2, &answers[0].record.as_ref().unwrap().record_sha256),
+    );
     restamped[1] = forged;
     assert!(matches!(
         verify(&restamped),

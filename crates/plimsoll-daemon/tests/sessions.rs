@@ -15,9 +15,9 @@ use plimsoll_core::{not_dispatched_reason, session_ended, Reason, Refusal, Tier}
 use plimsoll_daemon::server::start_with;
 use plimsoll_daemon::RunningDaemon;
 use plimsoll_provider::{
-    Answer, Facts, Provider, ProviderError, ProviderSession, ProviderStartError,
-    SessionAnswer, SessionCallOutcome, SessionEndCause, SessionEnded, SessionProvider,
-    SessionSpec, SessionWork, Work,
+    Answer, Facts, Provider, ProviderError, ProviderSession, ProviderStartError, SessionAnswer,
+    SessionCallOutcome, SessionEndCause, SessionEnded, SessionProvider, SessionSpec, SessionWork,
+    Work,
 };
 use plimsoll_testkit::daemon::{authed, client, Setup};
 
@@ -83,8 +83,8 @@ impl ProviderSession for ScriptedSession {
             ended: None,
         };
         match work {
-            SessionWork::Run(Work::Project(p)) => ok(SessionAnswer::Run(Answer::Project(
-                pb::ProjectResult {
+            SessionWork::Run(Work::Project(p)) => {
+                ok(SessionAnswer::Run(Answer::Project(pb::ProjectResult {
                     outcome: pb::ProjectOutcome::Completed as i32,
                     steps: p
                         .steps
@@ -99,8 +99,8 @@ impl ProviderSession for ScriptedSession {
                         })
                         .collect(),
                     ..Default::default()
-                },
-            ))),
+                })))
+            }
             SessionWork::Cell(c) => ok(SessionAnswer::Cell(pb::CellResult {
                 stdout: if c.code.ends_with("+ 1") {
                     b"42\n".to_vec()
@@ -111,7 +111,9 @@ impl ProviderSession for ScriptedSession {
             })),
             SessionWork::Run(Work::Javascript(js)) => match js.code.as_str() {
                 "fail" => SessionCallOutcome {
-                    answer: Err(ProviderError::Failed("the scripted call lost its answer".into())),
+                    answer: Err(ProviderError::Failed(
+                        "the scripted call lost its answer".into(),
+                    )),
                     ended: None,
                 },
                 "refuse" => SessionCallOutcome {
@@ -220,11 +222,17 @@ async fn calls_chain_and_close_answers_the_counts() {
     assert_eq!(s.opened().isolation, "process");
     let mut digests = Vec::new();
     for i in 1..=3u64 {
-        let a = c.session_run(&mut s, call(&format!("call {i}"))).await.unwrap();
+        let a = c
+            .session_run(&mut s, call(&format!("call {i}")))
+            .await
+            .unwrap();
         let rec = a.run.unwrap().record.unwrap();
         assert_eq!(rec.session, s.fingerprint());
         assert_eq!(rec.sequence, i);
-        assert_eq!(rec.previous_sha256, digests.last().cloned().unwrap_or_default());
+        assert_eq!(
+            rec.previous_sha256,
+            digests.last().cloned().unwrap_or_default()
+        );
         digests.push(rec.record_sha256);
     }
     // The id is never the fingerprint, and the fingerprint is its SHA-256.
@@ -266,7 +274,10 @@ async fn another_callers_id_gets_the_same_not_found_as_an_unknown_one() {
         assert_eq!(st.code(), tonic::Code::NotFound);
         assert_eq!(st.message(), unknown.message());
         assert_eq!(not_dispatched_reason(st), Some(Reason::Request));
-        assert_eq!(session_ended(st).unwrap().reason(), pb::SessionEnd::NotFound);
+        assert_eq!(
+            session_ended(st).unwrap().reason(),
+            pb::SessionEnd::NotFound
+        );
     }
     let close = raw
         .close_session(authed(
@@ -355,14 +366,27 @@ async fn an_unfollowable_chain_refuses_later_calls_before_sending() {
     let mut stale = Session::resume(s.id().into(), s.opened().clone(), 0, String::new());
     let e = c.session_run(&mut stale, call("two")).await.unwrap_err();
     assert!(
-        matches!(&e, ClientError::Check { error: plimsoll_core::check::CheckError::Chain { field: "sequence", .. }, .. }),
+        matches!(
+            &e,
+            ClientError::Check {
+                error: plimsoll_core::check::CheckError::Chain {
+                    field: "sequence",
+                    ..
+                },
+                ..
+            }
+        ),
         "{e}"
     );
     let before = f.counts.calls.load(Ordering::SeqCst);
     let e = c.session_run(&mut stale, call("three")).await.unwrap_err();
     assert!(matches!(e, ClientError::ChainLost { .. }), "{e}");
     assert_eq!(refused(&e), Some(Reason::Request));
-    assert_eq!(f.counts.calls.load(Ordering::SeqCst), before, "nothing was sent");
+    assert_eq!(
+        f.counts.calls.load(Ordering::SeqCst),
+        before,
+        "nothing was sent"
+    );
     f.daemon.shutdown().await;
 }
 
@@ -374,13 +398,19 @@ async fn a_provider_end_is_answered_then_refuses_and_is_collectable() {
     let a = c.session_run(&mut s, call("disk")).await.unwrap();
     assert_eq!(a.ended(), pb::SessionEnd::DiskExceeded);
     assert!(a.end_detail.contains("MiB"));
-    assert!(a.run.is_some(), "the call that ended the session is still answered");
+    assert!(
+        a.run.is_some(),
+        "the call that ended the session is still answered"
+    );
     let e = c.session_run(&mut s, call("after")).await.unwrap_err();
     let ClientError::Refused { status, .. } = &e else {
         panic!("{e}")
     };
     assert_eq!(status.code(), tonic::Code::FailedPrecondition);
-    assert_eq!(session_ended(status).unwrap().reason(), pb::SessionEnd::DiskExceeded);
+    assert_eq!(
+        session_ended(status).unwrap().reason(),
+        pb::SessionEnd::DiskExceeded
+    );
     let closed = c.close_session(&s).await.unwrap();
     assert_eq!(
         (closed.calls, closed.ended()),
@@ -413,8 +443,14 @@ async fn caps_refuse_capacity_and_an_owner_replaces_its_least_recently_used() {
     let ClientError::Refused { status, .. } = &e else {
         panic!("{e}")
     };
-    assert_eq!(session_ended(status).unwrap().reason(), pb::SessionEnd::Replaced);
-    alice.session_run(&mut a1, call("still here")).await.unwrap();
+    assert_eq!(
+        session_ended(status).unwrap().reason(),
+        pb::SessionEnd::Replaced
+    );
+    alice
+        .session_run(&mut a1, call("still here"))
+        .await
+        .unwrap();
     // Per caller: alice holds a1 and a3.
     let e = alice.open_session(owned("user-2")).await.unwrap_err();
     assert_eq!(refused(&e), Some(Reason::Capacity));
@@ -427,7 +463,11 @@ async fn caps_refuse_capacity_and_an_owner_replaces_its_least_recently_used() {
     assert_eq!(refused(&e), Some(Reason::Request));
     let _ = a3;
     f.daemon.shutdown().await;
-    assert_eq!(f.counts.closed.load(Ordering::SeqCst), 4, "shutdown closed every session");
+    assert_eq!(
+        f.counts.closed.load(Ordering::SeqCst),
+        4,
+        "shutdown closed every session"
+    );
 }
 
 #[tokio::test]
@@ -450,7 +490,10 @@ async fn lifetime_and_unclaimed_end_sessions_and_idle_suspends() {
     assert_eq!(closed.ended(), pb::SessionEnd::Expired);
     let closed = c.close_session(&unclaimed).await.unwrap();
     assert_eq!(closed.ended(), pb::SessionEnd::Unclaimed);
-    assert!(f.counts.suspended.load(Ordering::SeqCst) >= 1, "the named idle session was suspended");
+    assert!(
+        f.counts.suspended.load(Ordering::SeqCst) >= 1,
+        "the named idle session was suspended"
+    );
     // A suspended session resumes on its next call.
     let a = c.session_run(&mut named, call("again")).await.unwrap();
     assert_eq!(a.run.unwrap().record.unwrap().sequence, 2);
@@ -508,7 +551,10 @@ async fn bad_opens_and_calls_are_marked_refusals() {
         })),
         ..call("x")
     };
-    assert_eq!(refused(&c.session_run(&mut s, granted).await.unwrap_err()), Some(Reason::Unsupported));
+    assert_eq!(
+        refused(&c.session_run(&mut s, granted).await.unwrap_err()),
+        Some(Reason::Unsupported)
+    );
     let python = pb::SessionRunRequest {
         payload: Some(Payload::Cell(pb::CellRun {
             language: "python".into(),
@@ -517,12 +563,18 @@ async fn bad_opens_and_calls_are_marked_refusals() {
         })),
         ..call("x")
     };
-    assert_eq!(refused(&c.session_run(&mut s, python).await.unwrap_err()), Some(Reason::Unsupported));
+    assert_eq!(
+        refused(&c.session_run(&mut s, python).await.unwrap_err()),
+        Some(Reason::Unsupported)
+    );
     let empty = pb::SessionRunRequest {
         payload: None,
         ..call("x")
     };
-    assert_eq!(refused(&c.session_run(&mut s, empty).await.unwrap_err()), Some(Reason::Request));
+    assert_eq!(
+        refused(&c.session_run(&mut s, empty).await.unwrap_err()),
+        Some(Reason::Request)
+    );
     // A cell through Run is refused as a request.
     let mut raw = client(&f.daemon).await;
     let cell_run = pb::RunRequest {
@@ -534,7 +586,10 @@ async fn bad_opens_and_calls_are_marked_refusals() {
         })),
         ..Default::default()
     };
-    let st = raw.run(authed(cell_run, f.setup.token(0))).await.unwrap_err();
+    let st = raw
+        .run(authed(cell_run, f.setup.token(0)))
+        .await
+        .unwrap_err();
     assert_eq!(not_dispatched_reason(&st), Some(Reason::Request));
     // None of the refusals was counted.
     assert_eq!(f.counts.calls.load(Ordering::SeqCst), 0);

@@ -10,6 +10,7 @@ pub mod mem;
 pub mod process;
 pub mod quickjs;
 pub mod scan;
+pub mod sessions;
 pub mod stats;
 pub mod tls;
 
@@ -26,6 +27,7 @@ pub fn run(name: Option<&str>, args: &[&str], tasks: &str) -> anyhow::Result<()>
         Some("agentsandbox") => agentsandbox::run(args),
         Some("grants") => grants::run(args),
         Some("scan") => scan::run(args),
+        Some("sessions") => sessions::run(args),
         other => anyhow::bail!("unknown benchmark {other:?}\n{tasks}"),
     }
 }

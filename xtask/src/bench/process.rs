@@ -158,6 +158,17 @@ impl Daemon {
         state: &Path,
         provider: &str,
     ) -> anyhow::Result<Daemon> {
+        Daemon::spawn_env(bin, callers, state, provider, &[])
+    }
+
+    /// [`Daemon::spawn_with`] with `extra` variables set after the defaults.
+    pub(crate) fn spawn_env(
+        bin: &Path,
+        callers: &Path,
+        state: &Path,
+        provider: &str,
+        extra: &[(&str, &str)],
+    ) -> anyhow::Result<Daemon> {
         let mut cmd = Command::new(bin);
         cmd.arg("--log-format").arg("json");
         // Only the variables set here configure the daemon.
@@ -174,6 +185,7 @@ impl Daemon {
             .env("PLIMSOLL_STATE_DIR", state)
             .env("SANDBOX_MAX_CONCURRENT", "16")
             .env("RUST_LOG", "info")
+            .envs(extra.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());

@@ -354,7 +354,9 @@ impl Service {
                 let ended_ref = end.as_ref().map(|(r, d)| (*r, d.as_str()));
                 return Err(unanswered_status(
                     tonic::Code::Internal,
-                    &format!("the session call failed after dispatch and the code may have run: {msg}"),
+                    &format!(
+                        "the session call failed after dispatch and the code may have run: {msg}"
+                    ),
                     rec,
                     ended_ref,
                 ));
