@@ -7,6 +7,7 @@
 //! - [`docker`]: the one Docker-engine gate (`PLIMSOLL_REQUIRE_DOCKER=1` fails, else skip).
 //! - [`daemon`]: the in-process daemon, built from environment pairs.
 //! - [`plimsolld`]: the real `plimsolld` binary as a child process.
+//! - [`sessions`]: the session conformance suite every session provider passes.
 //! - [`fake_cluster`]: a fake Kubernetes API server and agent-sandbox controller with real
 //!   terminator + sandboxd pods.
 
@@ -16,4 +17,5 @@ pub mod docker;
 pub mod fake_cluster;
 pub mod net;
 pub mod plimsolld;
+pub mod sessions;
 pub mod upstream;
