@@ -151,45 +151,60 @@ async fn no_leftover_process_of_any_kind_reaches_the_next_call() {
         ("closed output", "sleep 1000 >&- 2>&- <&- & echo $! > pid"),
         ("left the directory", "cd / && sleep 1000 & echo $! > pid"),
     ] {
-        let _ = std::fs::remove_file(s.dir().join("pid"));
-        let started = Instant::now();
-        let r = s
-            .project(&steps(&[step]), T, &RunEnv::default())
-            .await
-            .unwrap();
-        assert_eq!(r.steps[0].exit_code, 0, "{name}: {r:?}");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{name} held the call"
-        );
-        assert!(s.last_sweep_clean(), "{name}");
-        // The pid file is written by the step before it ends, or by a subshell that may
-        // still be writing it: give it a moment, but only to appear.
-        for _ in 0..200 {
-            if std::fs::read_to_string(s.dir().join("pid")).is_ok_and(|p| p.ends_with('\n')) {
-                break;
+        for via in ["project", "javascript"] {
+            let name = format!("{name} via {via}");
+            let _ = std::fs::remove_file(s.dir().join("pid"));
+            let started = Instant::now();
+            if via == "project" {
+                let r = s
+                    .project(&steps(&[step]), T, &RunEnv::default())
+                    .await
+                    .unwrap();
+                assert_eq!(r.steps[0].exit_code, 0, "{name}: {r:?}");
+            } else {
+                // A snippet has no artifacts to read: only the session's sweep kills here.
+                let code = format!(
+                    "require('child_process').execFileSync('sh', ['-c', {step:?}], {{ stdio: 'ignore' }})"
+                );
+                let r = s
+                    .javascript(&js(&code), T, &RunEnv::default())
+                    .await
+                    .unwrap();
+                assert_eq!(r.exit_code, 0, "{name}: {}", text(&r.stderr));
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{name} held the call"
+            );
+            assert!(s.last_sweep_clean(), "{name}");
+            // The pid file is written by the step before it ends, or by a subshell that may
+            // still be writing it: give it a moment, but only to appear.
+            for _ in 0..200 {
+                if std::fs::read_to_string(s.dir().join("pid")).is_ok_and(|p| p.ends_with('\n')) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let pid: i32 = std::fs::read_to_string(s.dir().join("pid"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            let next = s
+                .project(
+                    &steps(&[&format!("sh -c '{ALIVE}' pid")]),
+                    T,
+                    &RunEnv::default(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                text(&next.steps[0].stdout).trim(),
+                "dead",
+                "{name}: pid {pid}"
+            );
+            assert!(is_dead(pid), "{name}: pid {pid}");
         }
-        let pid: i32 = std::fs::read_to_string(s.dir().join("pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let next = s
-            .project(
-                &steps(&[&format!("sh -c '{ALIVE}' pid")]),
-                T,
-                &RunEnv::default(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            text(&next.steps[0].stdout).trim(),
-            "dead",
-            "{name}: pid {pid}"
-        );
-        assert!(is_dead(pid), "{name}: pid {pid}");
     }
     s.close().await;
 }
