@@ -3,6 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::is_dead;
 use plimsoll_core::pb;
 use plimsoll_runner::{Limits, RunEnv, Runner, RunnerConfig, RunnerError, RunnerSession};
 
@@ -45,6 +48,12 @@ fn text(b: &[u8]) -> String {
 
 const T: Duration = Duration::from_secs(20);
 
+/// A call that returned within 3 seconds of `started`, far below its 20-second deadline.
+fn returned_soon(started: Instant) {
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "the call took {took:?}");
+}
+
 /// Whether `program --version` runs; prints `SKIPPED` when not.
 fn have(program: &str, test: &str) -> bool {
     let ok = std::process::Command::new(program)
@@ -55,17 +64,6 @@ fn have(program: &str, test: &str) -> bool {
         println!("SKIPPED {test}: {program} is missing");
     }
     ok
-}
-
-/// Whether a pid is gone (or only a zombie waiting to be reaped).
-fn is_dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            let rest = &stat[stat.rfind(')').unwrap() + 1..];
-            matches!(rest.split_whitespace().next(), Some("Z") | Some("X"))
-        }
-    }
 }
 
 /// One project step's stdout, trimmed.
@@ -249,11 +247,7 @@ async fn output_a_leftover_holds_open_still_returns() {
         .project(&steps(&["(sleep 30 &); echo done"]), T, &RunEnv::default())
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    returned_soon(started);
     assert_eq!(text(&p.steps[0].stdout).trim(), "done");
     let started = Instant::now();
     let j = s
@@ -264,11 +258,7 @@ async fn output_a_leftover_holds_open_still_returns() {
         )
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    returned_soon(started);
     assert_eq!(text(&j.stdout).trim(), "done");
     s.close().await;
 }
