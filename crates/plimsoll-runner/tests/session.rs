@@ -609,3 +609,56 @@ async fn a_cells_files_are_written_first_and_a_bad_path_refuses_it() {
     }
     s.close().await;
 }
+
+#[tokio::test]
+async fn a_cells_output_is_capped_and_the_interpreter_goes_on() {
+    if !have(
+        "python3",
+        "a_cells_output_is_capped_and_the_interpreter_goes_on",
+    ) {
+        return;
+    }
+    let (_root, r) = runner();
+    let s = r.open_session().unwrap();
+    let cap = Limits::default().output_bytes;
+    let big = run_cell(
+        &s,
+        "python",
+        "import sys\nsys.stdout.write('x' * 3_000_000)\nsys.stderr.write('e' * 10)",
+    )
+    .await;
+    assert_eq!(big.exit_code, 0);
+    assert_eq!(big.stdout.len(), cap);
+    assert!(big.stdout_truncated && !big.stderr_truncated);
+    assert_eq!(big.stderr, b"eeeeeeeeee");
+    let next = run_cell(&s, "python", "'next'").await;
+    assert!(!next.interpreter_started);
+    assert_eq!(text(&next.stdout), "'next'\n");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_cell_leaves_no_trace_in_the_next_one() {
+    if !have(
+        "python3",
+        "a_cancelled_cell_leaves_no_trace_in_the_next_one",
+    ) {
+        return;
+    }
+    let (_root, r) = runner();
+    let s = r.open_session().unwrap();
+    let sleeping = cell("python", "import time\ntime.sleep(30)");
+    let slow = s.cell(&sleeping, T);
+    assert!(tokio::time::timeout(Duration::from_millis(500), slow)
+        .await
+        .is_err());
+    let old = s.interpreter_pids().await;
+    assert_eq!(old.len(), 1);
+    let started = Instant::now();
+    let next = run_cell(&s, "python", "'fresh'").await;
+    returned_soon(started);
+    assert!(next.interpreter_started, "the busy interpreter was reused");
+    assert_eq!(text(&next.stdout), "'fresh'\n");
+    assert!(is_dead(old[0]));
+    s.close().await;
+}
