@@ -150,6 +150,11 @@ pub async fn two_sessions_cannot_see_each_other(c: &mut Client, strict: bool) {
     c.close_session(&b).await.expect("close b");
 }
 
+/// A shell function `alive PID`: true when the process exists and is neither a zombie nor
+/// dead (`kill -0` also finds zombies, which a host whose init does not reap keeps around).
+pub const ALIVE_FN: &str =
+    "alive() { st=$(sed 's/.*) //' \"/proc/$1/stat\" 2>/dev/null | cut -c1); [ -n \"$st\" ] && [ \"$st\" != Z ] && [ \"$st\" != X ]; }";
+
 /// No process a call leaves (background job, `setsid`, `nohup`, a double fork, one that
 /// closed its output) is alive in the next call.
 pub async fn no_leftover_process_reaches_the_next_call(c: &mut Client) {
@@ -163,7 +168,7 @@ pub async fn no_leftover_process_reaches_the_next_call(c: &mut Client) {
             "nohup sleep 300 >/dev/null 2>&1 & echo $! > nohup.pid",
             "(sh -c 'sleep 300 & echo $! > double.pid' &) >/dev/null 2>&1",
             "sh -c 'exec >&- 2>&-; sleep 300' & echo $! > closed.pid",
-            "for f in bg setsid nohup double closed; do i=0; while [ ! -s $f.pid ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; kill -0 \"$(cat $f.pid)\" || exit 9; done",
+            &format!("{ALIVE_FN}; for f in bg setsid nohup double closed; do i=0; while [ ! -s $f.pid ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; alive \"$(cat $f.pid)\" || exit 9; done"),
         ]),
     )
     .await;
@@ -172,10 +177,16 @@ pub async fn no_leftover_process_reaches_the_next_call(c: &mut Client) {
         [0; 6],
         "every leftover was alive during its call"
     );
+    // A snippet's leftover: node starts a detached child and exits at once.
+    let js = Payload::Javascript(pb::JavaScriptRun {
+        code: "const c = require('child_process').spawn('sleep', ['300'], {detached: true, stdio: 'ignore'}); require('fs').writeFileSync('js.pid', String(c.pid)); c.unref();".into(),
+        grant_profile: String::new(),
+    });
+    run(c, &mut s, js).await;
     let r = run(
         c,
         &mut s,
-        steps(&["for f in bg setsid nohup double closed; do if kill -0 \"$(cat $f.pid)\" 2>/dev/null; then echo \"$f alive\"; exit 1; fi; done"]),
+        steps(&[&format!("{ALIVE_FN}; for f in bg setsid nohup double closed js; do if alive \"$(cat $f.pid)\"; then echo \"$f alive\"; exit 1; fi; done")]),
     )
     .await;
     assert_eq!(

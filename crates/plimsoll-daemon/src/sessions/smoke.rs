@@ -78,7 +78,9 @@ async fn steps(s: &dyn ProviderSession, facts: &Facts) -> Result<(), String> {
         "checking them in the next call",
         project(&[
             "test \"$(cat smoke-kept.txt)\" = kept",
-            "! kill -0 \"$(cat smoke-leftover.pid)\" 2>/dev/null",
+            // Not `kill -0`: a killed process the host's init has not reaped yet is a zombie,
+            // which `kill -0` still finds. Alive means a state other than Z or X.
+            "st=$(sed 's/.*) //' \"/proc/$(cat smoke-leftover.pid)/stat\" 2>/dev/null | cut -c1); [ -z \"$st\" ] || [ \"$st\" = Z ] || [ \"$st\" = X ]",
         ]),
     )
     .await?;
