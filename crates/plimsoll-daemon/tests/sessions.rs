@@ -120,6 +120,20 @@ impl ProviderSession for ScriptedSession {
                     answer: Err(Refusal::environment("the scripted call ran nothing").into()),
                     ended: None,
                 },
+                "boundary" => SessionCallOutcome {
+                    answer: Ok(js_answer("left something\n")),
+                    ended: Some(SessionEnded {
+                        cause: SessionEndCause::BoundaryFailed,
+                        detail: "the sweep could not prove that no process of the call is left".into(),
+                    }),
+                },
+                "changed" => SessionCallOutcome {
+                    answer: Err(Refusal::environment("the read-back found another sandbox").into()),
+                    ended: Some(SessionEnded {
+                        cause: SessionEndCause::SandboxChanged,
+                        detail: "the working directory was replaced".into(),
+                    }),
+                },
                 "disk" => SessionCallOutcome {
                     answer: Ok(js_answer("wrote too much\n")),
                     ended: Some(SessionEnded {
@@ -636,4 +650,25 @@ async fn sessions_off_answer_unsupported_and_a_provider_without_sessions_does_no
     let err = plimsoll_daemon::start(cfg).await.err().expect("refused");
     assert_eq!(err.exit_code(), 2, "{err}");
     assert!(err.to_string().contains("SANDBOX_MAX_SESSIONS"), "{err}");
+}
+
+#[tokio::test]
+async fn boundary_failed_and_sandbox_changed_end_the_session() {
+    let f = Fixture::start(&[]).await;
+    let mut c = f.client(0).await;
+    let mut s = c.open_session(open()).await.unwrap();
+    let a = c.session_run(&mut s, call("boundary")).await.unwrap();
+    assert_eq!(a.ended(), pb::SessionEnd::BoundaryFailed);
+    assert_eq!(c.close_session(&s).await.unwrap().ended(), pb::SessionEnd::BoundaryFailed);
+    // A read-back difference: the call ran nothing (marked, not counted) and the session ends.
+    let mut s = c.open_session(open()).await.unwrap();
+    let e = c.session_run(&mut s, call("changed")).await.unwrap_err();
+    let ClientError::Refused { reason, status } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(*reason, Reason::Environment);
+    assert_eq!(session_ended(status).unwrap().reason(), pb::SessionEnd::SandboxChanged);
+    let closed = c.close_session(&s).await.unwrap();
+    assert_eq!((closed.calls, closed.ended()), (0, pb::SessionEnd::SandboxChanged));
+    f.daemon.shutdown().await;
 }

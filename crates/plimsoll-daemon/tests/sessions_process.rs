@@ -48,4 +48,5 @@ conformance! {
     close_and_lifetime_end_the_session => suite::close_and_lifetime_end_the_session;
     cells_keep_state_in_both_languages => suite::cells_keep_state_in_both_languages;
     a_killed_interpreter_reports_fresh => suite::a_killed_interpreter_reports_fresh;
+    a_lost_answer_is_unanswered_and_the_session_goes_on => suite::a_lost_answer_is_unanswered_and_the_session_goes_on;
 }

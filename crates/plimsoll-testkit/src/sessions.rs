@@ -327,3 +327,29 @@ pub async fn a_killed_interpreter_reports_fresh(c: &mut Client) {
     assert_eq!(String::from_utf8_lossy(&r.stdout).trim(), "False");
     c.close_session(&s).await.expect("close");
 }
+
+/// A cell whose answer is lost (its code writes a forged line on the interpreter's control
+/// channel, fd 3 on the process provider) is an unanswered call: a checked version-3 record
+/// in the chain, and the session goes on with a fresh interpreter.
+pub async fn a_lost_answer_is_unanswered_and_the_session_goes_on(c: &mut Client) {
+    let mut s = open(c).await;
+    run(c, &mut s, steps(&["echo kept > kept.txt"])).await;
+    let forged = cell(
+        "javascript",
+        "require('fs').writeSync(3, '{\"nonce\":\"forged\",\"status\":\"ok\"}\\n')",
+    );
+    let e = c
+        .session_run(&mut s, call(forged, CALL_TIMEOUT_MS))
+        .await
+        .unwrap_err();
+    let ClientError::Unanswered { record, .. } = &e else {
+        panic!("expected an unanswered record, got {e}")
+    };
+    assert_eq!((record.version, record.sequence), (3, 2));
+    let r = run(c, &mut s, steps(&["test \"$(cat kept.txt)\" = kept"])).await;
+    assert_eq!(exits(&r), [0]);
+    assert_eq!(r.record.as_ref().expect("a record").previous_sha256, record.record_sha256);
+    let r = run(c, &mut s, cell("javascript", "40 + 2")).await;
+    assert!(cell_result(&r).interpreter_started);
+    assert_eq!(c.close_session(&s).await.expect("close").calls, 4);
+}
