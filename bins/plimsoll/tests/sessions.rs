@@ -1,0 +1,457 @@
+//! The session commands driven as a script would drive them, against a real `plimsolld`
+//! child process (process provider, sessions on, no authentication) and real state files.
+//!
+//! `plimsolld` is the binary built beside `plimsoll` (`cargo build -p plimsolld`): cargo
+//! only hands a package's own binaries to its tests.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use plimsoll_testkit::plimsolld::Plimsolld;
+
+/// Why the tests that need a session-keeping provider are ignored for now.
+const NEEDS: &str = "needs process sessions (branch proc-sessions)";
+
+fn plimsolld_bin() -> PathBuf {
+    let bin = Path::new(env!("CARGO_BIN_EXE_plimsoll")).with_file_name("plimsolld");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p plimsolld` first",
+        bin.display()
+    );
+    bin
+}
+
+/// A plimsolld with the process provider and room for four sessions, and its address.
+fn daemon(dir: &Path) -> (Plimsolld, String) {
+    let bin = plimsolld_bin();
+    let mut d = Plimsolld::spawn(
+        bin.to_str().unwrap(),
+        dir,
+        &[("PLIMSOLL_INSECURE", "1"), ("SANDBOX_MAX_SESSIONS", "4")],
+    );
+    let addr = d
+        .serving()
+        .unwrap_or_else(|| panic!("plimsolld did not start ({NEEDS}?):\n{}", d.log()));
+    (d, addr)
+}
+
+fn plimsoll_in(dir: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("PLIMSOLL_ADDR")
+        .env("RUST_LOG", "info")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the plimsoll binary starts");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn plimsoll(dir: &Path, args: &[&str]) -> Output {
+    plimsoll_in(dir, args, None)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn code(o: &Output, want: i32) {
+    assert_eq!(o.status.code(), Some(want), "{}", text(o));
+}
+
+fn state_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Opens a session into `dir/state.json`; returns the file's path.
+fn open(dir: &Path, addr: &str, extra: &[&str]) -> (PathBuf, Output) {
+    let state = dir.join("state.json");
+    let mut args = vec!["session", "open", "--addr", addr, "--state", "state.json"];
+    args.extend_from_slice(extra);
+    let o = plimsoll(dir, &args);
+    (state, o)
+}
+
+#[test]
+#[ignore = "needs process sessions (branch proc-sessions)"]
+fn open_run_project_cells_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut daemon, addr) = daemon(d);
+    let (state, o) = open(d, &addr, &["--language", "python"]);
+    code(&o, 0);
+    let mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the state file is private");
+    let saved = state_json(&state);
+    let id = saved["session_id"].as_str().unwrap().to_owned();
+    assert_eq!(id.len(), 32, "{saved}");
+    let fp = saved["opened"]["session"].as_str().unwrap().to_owned();
+    assert!(
+        stdout(&o).contains(&format!("session:   {fp}")),
+        "{}",
+        text(&o)
+    );
+    assert!(stdout(&o).contains("isolation: process"), "{}", text(&o));
+    let mut outputs = vec![o];
+
+    let o = plimsoll(
+        d,
+        &[
+            "session",
+            "run",
+            "--state",
+            "state.json",
+            "-e",
+            "require('fs').writeFileSync('note.txt', 'left by the snippet\\n')",
+        ],
+    );
+    code(&o, 0);
+    assert!(
+        stdout(&o).contains(&format!("session:   {fp}  call 1  previous -")),
+        "{}",
+        text(&o)
+    );
+    outputs.push(o);
+
+    let project = d.join("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::write(project.join("readme.txt"), "a project\n").unwrap();
+    let o = plimsoll(
+        d,
+        &[
+            "run",
+            "--session",
+            "state.json",
+            "--project",
+            "project",
+            "--step",
+            "cat note.txt",
+        ],
+    );
+    code(&o, 0);
+    assert!(stdout(&o).contains("left by the snippet"), "{}", text(&o));
+    assert!(stdout(&o).contains("call 2  previous "), "{}", text(&o));
+    outputs.push(o);
+
+    let cell = |code: &str| {
+        plimsoll(
+            d,
+            &[
+                "session",
+                "cell",
+                "--state",
+                "state.json",
+                "--language",
+                "python",
+                "-e",
+                code,
+            ],
+        )
+    };
+    let o = cell("x = 41");
+    code(&o, 0);
+    outputs.push(o);
+    let o = cell("x + 1");
+    code(&o, 0);
+    assert!(stdout(&o).lines().any(|l| l == "42"), "{}", text(&o));
+    assert!(stdout(&o).contains("call 4  previous "), "{}", text(&o));
+    let last = state_json(&state)["last_record_sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(state_json(&state)["calls"], 4);
+    outputs.push(o);
+
+    let o = plimsoll(d, &["session", "close", "--state", "state.json"]);
+    code(&o, 0);
+    assert!(stdout(&o).contains("calls:     4"), "{}", text(&o));
+    assert!(
+        stdout(&o).contains(&format!("last:      {}", &last[..12])),
+        "{}",
+        text(&o)
+    );
+    assert!(stdout(&o).contains("ended:     closed"), "{}", text(&o));
+    assert!(!state.exists(), "a closed session's state file is removed");
+    outputs.push(o);
+
+    for o in &outputs {
+        assert!(
+            !text(o).contains(&id),
+            "the session id was printed:\n{}",
+            text(o)
+        );
+    }
+    daemon.stop();
+    assert!(
+        !daemon.log().contains(&id),
+        "the daemon logged the session id"
+    );
+}
+
+#[test]
+#[ignore = "needs process sessions (branch proc-sessions)"]
+fn a_tampered_state_fails_the_chain_then_refuses_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut daemon, addr) = daemon(d);
+    let (state, o) = open(d, &addr, &[]);
+    code(&o, 0);
+    let run = || {
+        plimsoll(
+            d,
+            &[
+                "session",
+                "run",
+                "--state",
+                "state.json",
+                "-e",
+                "console.log(7)",
+            ],
+        )
+    };
+    code(&run(), 0);
+
+    let mut s = state_json(&state);
+    s["calls"] = serde_json::json!(5);
+    std::fs::write(&state, serde_json::to_vec(&s).unwrap()).unwrap();
+
+    let o = run();
+    code(&o, 1);
+    assert!(stderr(&o).contains("record check"), "{}", text(&o));
+    assert!(
+        state_json(&state)["lost"].is_string(),
+        "the lost chain is kept in the file"
+    );
+
+    let o = run();
+    code(&o, 3);
+    assert!(
+        stderr(&o).contains("not dispatched (request)"),
+        "{}",
+        text(&o)
+    );
+    assert!(stdout(&o).is_empty(), "{}", text(&o));
+    // The daemon counted two executed calls, and saw no third.
+    let o = plimsoll(d, &["session", "close", "--state", "state.json"]);
+    code(&o, 1);
+    assert!(stderr(&o).contains("differs"), "{}", text(&o));
+    daemon.stop();
+}
+
+#[test]
+#[ignore = "needs process sessions (branch proc-sessions)"]
+fn closing_twice_answers_from_the_tombstone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut daemon, addr) = daemon(d);
+    let (state, o) = open(d, &addr, &[]);
+    code(&o, 0);
+    code(
+        &plimsoll(
+            d,
+            &[
+                "session",
+                "run",
+                "--state",
+                "state.json",
+                "-e",
+                "console.log(1)",
+            ],
+        ),
+        0,
+    );
+    std::fs::copy(&state, d.join("copy.json")).unwrap();
+    let first = plimsoll(d, &["session", "close", "--state", "state.json"]);
+    code(&first, 0);
+    // The file is gone: a second close with it is a usage error naming it.
+    let again = plimsoll(d, &["session", "close", "--state", "state.json"]);
+    code(&again, 2);
+    assert!(stderr(&again).contains("state.json"), "{}", text(&again));
+    // With a copy, the daemon answers from its tombstone: the same counts, ended closed.
+    let second = plimsoll(d, &["session", "close", "--state", "copy.json"]);
+    code(&second, 0);
+    assert_eq!(stdout(&first), stdout(&second));
+    assert!(
+        stdout(&second).contains("calls:     1"),
+        "{}",
+        text(&second)
+    );
+    assert!(
+        stdout(&second).contains("ended:     closed"),
+        "{}",
+        text(&second)
+    );
+    daemon.stop();
+}
+
+#[test]
+#[ignore = "needs process sessions (branch proc-sessions)"]
+fn repl_keeps_variables_and_closes_on_eof() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = plimsoll_in(
+        dir.path(),
+        &["repl", "--language", "python"],
+        Some("x = 41\nprint(x \\\n + 1)\n"),
+    );
+    code(&o, 0);
+    assert!(stdout(&o).lines().any(|l| l == "42"), "{}", text(&o));
+    assert!(stdout(&o).contains("calls:     2"), "{}", text(&o));
+    assert!(stdout(&o).contains("ended:     closed"), "{}", text(&o));
+}
+
+#[test]
+fn session_open_without_addr_exits_2_naming_addr() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = plimsoll(dir.path(), &["session", "open", "--state", "s.json"]);
+    code(&o, 2);
+    assert!(stderr(&o).contains("--addr"), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("embedded daemon would die"),
+        "{}",
+        text(&o)
+    );
+    assert!(!dir.path().join("s.json").exists());
+}
+
+#[test]
+fn session_open_refuses_an_existing_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.json");
+    std::fs::write(&file, "keep me").unwrap();
+    // Nothing listens there: the file is checked before the daemon is asked.
+    let o = plimsoll(
+        dir.path(),
+        &[
+            "session",
+            "open",
+            "--addr",
+            "127.0.0.1:1",
+            "--state",
+            "s.json",
+        ],
+    );
+    code(&o, 2);
+    assert!(stderr(&o).contains("already exists"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+}
+
+#[test]
+fn session_open_that_cannot_connect_exits_4_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = plimsoll(
+        dir.path(),
+        &[
+            "session",
+            "open",
+            "--addr",
+            "127.0.0.1:1",
+            "--state",
+            "s.json",
+        ],
+    );
+    code(&o, 4);
+    assert!(!dir.path().join("s.json").exists(), "{}", text(&o));
+}
+
+#[test]
+fn session_calls_on_a_missing_or_broken_state_file_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["session", "run", "--state", "none.json", "-e", "1"][..],
+        &[
+            "session",
+            "cell",
+            "--state",
+            "none.json",
+            "--language",
+            "python",
+            "-e",
+            "1",
+        ],
+        &["session", "close", "--state", "none.json"],
+        &["run", "--session", "none.json", "-e", "1"],
+    ] {
+        let o = plimsoll(dir.path(), args);
+        code(&o, 2);
+        assert!(stderr(&o).contains("none.json"), "{args:?}: {}", text(&o));
+    }
+    std::fs::write(dir.path().join("bad.json"), "{\"addr\": 1}").unwrap();
+    let o = plimsoll(dir.path(), &["session", "close", "--state", "bad.json"]);
+    code(&o, 2);
+    assert!(
+        stderr(&o).contains("not a session state file"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn session_help_documents_the_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    for sub in [
+        &["session", "open", "--help"][..],
+        &["session", "run", "--help"],
+        &["session", "cell", "--help"],
+        &["session", "close", "--help"],
+        &["repl", "--help"],
+    ] {
+        let o = plimsoll(dir.path(), sub);
+        code(&o, 0);
+        let out = stdout(&o);
+        assert!(out.contains("Exit codes:"), "{sub:?}: {out}");
+        assert!(out.contains("not dispatched"), "{sub:?}: {out}");
+    }
+}
+
+/// Until the process provider keeps sessions, plimsolld refuses to start with them on;
+/// this test says when that changes (then the ignored tests above are to be run).
+#[test]
+fn plimsolld_with_process_sessions_starts_or_says_why_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = plimsolld_bin();
+    let mut d = Plimsolld::spawn(
+        bin.to_str().unwrap(),
+        dir.path(),
+        &[("PLIMSOLL_INSECURE", "1"), ("SANDBOX_MAX_SESSIONS", "4")],
+    );
+    match d.serving() {
+        Some(_) => {
+            d.stop();
+        }
+        None => {
+            d.wait();
+            assert!(d.log().contains("does not keep sessions"), "{}", d.log());
+        }
+    }
+}
