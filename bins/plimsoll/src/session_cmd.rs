@@ -44,7 +44,8 @@ pub struct OpenArgs {
     /// applies).
     #[arg(long, value_name = "N")]
     idle_ms: Option<u32>,
-    /// A language the session will run cells in (repeatable).
+    /// A language the session will run snippets or cells in (repeatable; default both):
+    /// calls in any other language are refused (exit 3).
     #[arg(long, value_name = "LANG", value_parser = LANGUAGES)]
     language: Vec<String>,
     /// The weakest isolation tier acceptable for the session (exit 3 if the daemon's is
@@ -244,7 +245,11 @@ pub async fn open(args: OpenArgs) -> Result<u8, Fail> {
         lifetime_ms: args.lifetime_ms.unwrap_or(0),
         idle_timeout_ms: args.idle_ms.unwrap_or(0),
         software_rule: None,
-        languages: args.language.clone(),
+        languages: if args.language.is_empty() {
+            LANGUAGES.map(String::from).to_vec()
+        } else {
+            args.language.clone()
+        },
         owner: args.owner.clone().unwrap_or_default(),
     };
     // Claimed before the daemon is asked, so that a session is never opened for a file

@@ -1,6 +1,9 @@
 //! The session commands driven as a script would drive them, against a real `plimsolld`
 //! child process (process provider, sessions on, no authentication) and real state files.
 //!
+//! The same scenarios also run against an in-process daemon whose provider keeps fake
+//! sessions (`fake/mod.rs`), so the CLI's side is tested before a real provider keeps sessions.
+//!
 //! `plimsolld` is the binary built beside `plimsoll` (`cargo build -p plimsolld`): cargo
 //! only hands a package's own binaries to its tests.
 
@@ -9,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use plimsoll_testkit::plimsolld::Plimsolld;
+
+mod fake;
 
 /// Why the tests that need a session-keeping provider are ignored for now.
 const NEEDS: &str = "needs process sessions (branch proc-sessions)";
@@ -109,7 +114,7 @@ fn open_run_project_cells_close() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (mut daemon, addr) = daemon(d);
-    let (state, o) = open(d, &addr, &["--language", "python"]);
+    let (state, o) = open(d, &addr, &[]);
     code(&o, 0);
     let mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the state file is private");
@@ -219,13 +224,10 @@ fn open_run_project_cells_close() {
     );
 }
 
-#[test]
-#[ignore = "needs process sessions (branch proc-sessions)"]
-fn a_tampered_state_fails_the_chain_then_refuses_before_sending() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (mut daemon, addr) = daemon(d);
-    let (state, o) = open(d, &addr, &[]);
+/// A tampered chain position (the call count changed) fails the next call's check (exit
+/// 1) and the file then refuses every call before sending (exit 3).
+fn tampered_state_scenario(d: &Path, addr: &str) {
+    let (state, o) = open(d, addr, &[]);
     code(&o, 0);
     let run = || {
         plimsoll(
@@ -262,20 +264,16 @@ fn a_tampered_state_fails_the_chain_then_refuses_before_sending() {
         text(&o)
     );
     assert!(stdout(&o).is_empty(), "{}", text(&o));
-    // The daemon counted two executed calls, and saw no third.
+    // The daemon counted two executed calls, the file says five.
     let o = plimsoll(d, &["session", "close", "--state", "state.json"]);
     code(&o, 1);
     assert!(stderr(&o).contains("differs"), "{}", text(&o));
-    daemon.stop();
 }
 
-#[test]
-#[ignore = "needs process sessions (branch proc-sessions)"]
-fn closing_twice_answers_from_the_tombstone() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (mut daemon, addr) = daemon(d);
-    let (state, o) = open(d, &addr, &[]);
+/// The second close, from a copy of the state file, is answered from the daemon's
+/// tombstone: the same counts, ended closed.
+fn closing_twice_scenario(d: &Path, addr: &str) {
+    let (state, o) = open(d, addr, &[]);
     code(&o, 0);
     code(
         &plimsoll(
@@ -292,13 +290,13 @@ fn closing_twice_answers_from_the_tombstone() {
         0,
     );
     std::fs::copy(&state, d.join("copy.json")).unwrap();
+    std::fs::copy(&state, d.join("copy2.json")).unwrap();
     let first = plimsoll(d, &["session", "close", "--state", "state.json"]);
     code(&first, 0);
     // The file is gone: a second close with it is a usage error naming it.
     let again = plimsoll(d, &["session", "close", "--state", "state.json"]);
     code(&again, 2);
     assert!(stderr(&again).contains("state.json"), "{}", text(&again));
-    // With a copy, the daemon answers from its tombstone: the same counts, ended closed.
     let second = plimsoll(d, &["session", "close", "--state", "copy.json"]);
     code(&second, 0);
     assert_eq!(stdout(&first), stdout(&second));
@@ -312,6 +310,27 @@ fn closing_twice_answers_from_the_tombstone() {
         "{}",
         text(&second)
     );
+    // A call in the closed session is refused: nothing ran.
+    let o = plimsoll(d, &["session", "run", "--state", "copy2.json", "-e", "1"]);
+    code(&o, 3);
+    assert!(stderr(&o).contains("closed"), "{}", text(&o));
+}
+
+#[test]
+#[ignore = "needs process sessions (branch proc-sessions)"]
+fn a_tampered_state_fails_the_chain_then_refuses_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, addr) = daemon(dir.path());
+    tampered_state_scenario(dir.path(), &addr);
+    daemon.stop();
+}
+
+#[test]
+#[ignore = "needs process sessions (branch proc-sessions)"]
+fn closing_twice_answers_from_the_tombstone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, addr) = daemon(dir.path());
+    closing_twice_scenario(dir.path(), &addr);
     daemon.stop();
 }
 
@@ -453,5 +472,132 @@ fn plimsolld_with_process_sessions_starts_or_says_why_not() {
             d.wait();
             assert!(d.log().contains("does not keep sessions"), "{}", d.log());
         }
+    }
+}
+
+// ---- against the in-process daemon with fake sessions ----
+
+#[test]
+fn fake_tampered_state_fails_the_chain_then_refuses_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = fake::Daemon::start();
+    tampered_state_scenario(dir.path(), &daemon.addr);
+}
+
+#[test]
+fn fake_closing_twice_answers_from_the_tombstone() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = fake::Daemon::start();
+    closing_twice_scenario(dir.path(), &daemon.addr);
+}
+
+#[test]
+fn fake_open_run_cell_close_keeps_the_chain_and_never_prints_the_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let daemon = fake::Daemon::start();
+    let (state, o) = open(
+        d,
+        &daemon.addr,
+        &[
+            "--language",
+            "python",
+            "--language",
+            "javascript",
+            "--owner",
+            "ci",
+        ],
+    );
+    code(&o, 0);
+    let mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the state file is private");
+    let id = state_json(&state)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let fp = state_json(&state)["opened"]["session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        stdout(&o).contains(&format!("session:   {fp}")),
+        "{}",
+        text(&o)
+    );
+    assert!(stdout(&o).contains("provider:  fake"), "{}", text(&o));
+    let mut outputs = vec![o];
+
+    let o = plimsoll(
+        d,
+        &["session", "run", "--state", "state.json", "-e", "snippet"],
+    );
+    code(&o, 0);
+    assert!(
+        stdout(&o).lines().any(|l| l == "js: snippet"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        stdout(&o).contains(&format!("session:   {fp}  call 1  previous -")),
+        "{}",
+        text(&o)
+    );
+    let first = state_json(&state)["last_record_sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    outputs.push(o);
+
+    let o = plimsoll(
+        d,
+        &[
+            "session",
+            "cell",
+            "--state",
+            "state.json",
+            "--language",
+            "python",
+            "-e",
+            "x + 1",
+        ],
+    );
+    code(&o, 0);
+    assert!(
+        stdout(&o).lines().any(|l| l == "cell: x + 1"),
+        "{}",
+        text(&o)
+    );
+    let line = format!("call 2  previous {}", &first[..12]);
+    assert!(stdout(&o).contains(&line), "{}", text(&o));
+    outputs.push(o);
+
+    // A call that fails after it may have run: exit 1, and the file still advances.
+    let o = plimsoll(d, &["run", "--session", "state.json", "-e", "fail"]);
+    code(&o, 1);
+    assert!(stderr(&o).contains("no answer"), "{}", text(&o));
+    assert_eq!(state_json(&state)["calls"], 3);
+    outputs.push(o);
+
+    let o = plimsoll(
+        d,
+        &["run", "--session", "state.json", "--json", "-e", "again"],
+    );
+    code(&o, 0);
+    let answer: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(answer["run"]["record"].is_object(), "{}", text(&o));
+    outputs.push(o);
+
+    let o = plimsoll(d, &["session", "close", "--state", "state.json"]);
+    code(&o, 0);
+    assert!(stdout(&o).contains("calls:     4"), "{}", text(&o));
+    assert!(stdout(&o).contains("ended:     closed"), "{}", text(&o));
+    assert!(!state.exists(), "a closed session's state file is removed");
+    outputs.push(o);
+    for o in &outputs {
+        assert!(
+            !text(o).contains(&id),
+            "the session id was printed:\n{}",
+            text(o)
+        );
     }
 }
