@@ -301,7 +301,17 @@ pub async fn open(args: OpenArgs) -> Result<u8, Fail> {
     writeln!(out, "session:   {}", o.session)
         .and_then(|()| writeln!(out, "provider:  {}", o.sandbox))
         .and_then(|()| writeln!(out, "isolation: {}", o.isolation))
-        .and_then(|()| writeln!(out, "expires:   {} (unix ms)", o.expires_unix_ms))
+        .and_then(|()| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            let left = (o.expires_unix_ms - now).max(0) / 1000;
+            writeln!(
+                out,
+                "expires:   {} (unix ms, in {left} s)",
+                o.expires_unix_ms
+            )
+        })
         .and_then(|()| writeln!(out, "idle:      {} ms", o.idle_timeout_ms))
         .and_then(|()| out.flush())
         .map_err(|e| Fail::usage(format!("stdout: {e}")))?;
@@ -409,7 +419,12 @@ fn ended_line(e: pb::SessionEnd, detail: &str) -> String {
 fn print_close(out: &mut dyn Write, c: &pb::CloseSessionResponse) -> io::Result<()> {
     writeln!(out, "session:   {}", c.session)?;
     writeln!(out, "calls:     {}", c.calls)?;
-    writeln!(out, "last:      {}", short(&c.last_record_sha256))?;
+    let last = if c.last_record_sha256.is_empty() {
+        "-"
+    } else {
+        &c.last_record_sha256
+    };
+    writeln!(out, "last:      {last}")?;
     writeln!(out, "ended:     {}", end_name(c.ended()))?;
     out.flush()
 }

@@ -601,3 +601,20 @@ fn fake_open_run_cell_close_keeps_the_chain_and_never_prints_the_id() {
         );
     }
 }
+
+#[test]
+fn fake_repl_runs_a_cell_a_line_and_closes_on_eof() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = fake::Daemon::start();
+    let o = plimsoll_in(
+        dir.path(),
+        &["repl", "--addr", &daemon.addr, "--language", "python"],
+        Some("x = 41\nprint(x \\\n+ 1)\n"),
+    );
+    code(&o, 0);
+    let out = stdout(&o);
+    assert!(out.lines().any(|l| l == "cell: x = 41"), "{}", text(&o));
+    assert!(out.contains("cell: print(x \n+ 1)\n"), "{}", text(&o));
+    assert!(out.contains("calls:     2"), "{}", text(&o));
+    assert!(out.contains("ended:     closed"), "{}", text(&o));
+}
