@@ -123,6 +123,27 @@ fn state_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// A python cell in the session of `dir/state.json`.
+fn python_cell(dir: &Path, code: &str) -> Output {
+    let args = [
+        "session",
+        "cell",
+        "--state",
+        "state.json",
+        "--language",
+        "python",
+    ];
+    let mut args = args.to_vec();
+    args.extend(["-e", code]);
+    plimsoll(dir, &args)
+}
+
+/// `session open` into `dir/s.json` against an address where nothing listens.
+fn open_nowhere(dir: &Path) -> Output {
+    let args = "session open --addr 127.0.0.1:1 --state s.json";
+    plimsoll(dir, &args.split(' ').collect::<Vec<_>>())
+}
+
 /// Opens a session into `dir/state.json`; returns the file's path.
 fn open(dir: &Path, addr: &str, extra: &[&str]) -> (PathBuf, Output) {
     let state = dir.join("state.json");
@@ -193,21 +214,7 @@ fn open_run_project_cells_close() {
     assert!(stdout(&o).contains("call 2  previous "), "{}", text(&o));
     outputs.push(o);
 
-    let cell = |code: &str| {
-        plimsoll(
-            d,
-            &[
-                "session",
-                "cell",
-                "--state",
-                "state.json",
-                "--language",
-                "python",
-                "-e",
-                code,
-            ],
-        )
-    };
+    let cell = |code: &str| python_cell(d, code);
     let o = cell("x = 41");
     code(&o, 0);
     outputs.push(o);
@@ -393,17 +400,7 @@ fn session_open_refuses_an_existing_state_file() {
     let file = dir.path().join("s.json");
     std::fs::write(&file, "keep me").unwrap();
     // Nothing listens there: the file is checked before the daemon is asked.
-    let o = plimsoll(
-        dir.path(),
-        &[
-            "session",
-            "open",
-            "--addr",
-            "127.0.0.1:1",
-            "--state",
-            "s.json",
-        ],
-    );
+    let o = open_nowhere(dir.path());
     code(&o, 2);
     assert!(stderr(&o).contains("already exists"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
@@ -412,17 +409,7 @@ fn session_open_refuses_an_existing_state_file() {
 #[test]
 fn session_open_that_cannot_connect_exits_4_and_leaves_no_file() {
     let dir = tempfile::tempdir().unwrap();
-    let o = plimsoll(
-        dir.path(),
-        &[
-            "session",
-            "open",
-            "--addr",
-            "127.0.0.1:1",
-            "--state",
-            "s.json",
-        ],
-    );
+    let o = open_nowhere(dir.path());
     code(&o, 4);
     assert!(!dir.path().join("s.json").exists(), "{}", text(&o));
 }
@@ -550,19 +537,7 @@ fn fake_open_run_cell_close_keeps_the_chain_and_never_prints_the_id() {
         .to_owned();
     outputs.push(o);
 
-    let o = plimsoll(
-        d,
-        &[
-            "session",
-            "cell",
-            "--state",
-            "state.json",
-            "--language",
-            "python",
-            "-e",
-            "x + 1",
-        ],
-    );
+    let o = python_cell(d, "x + 1");
     code(&o, 0);
     assert!(
         stdout(&o).lines().any(|l| l == "cell: x + 1"),
