@@ -3,6 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::is_dead;
 use plimsoll_core::pb;
 use plimsoll_runner::{Limits, RunEnv, Runner, RunnerConfig, RunnerError, RunnerSession};
 
@@ -45,6 +48,12 @@ fn text(b: &[u8]) -> String {
 
 const T: Duration = Duration::from_secs(20);
 
+/// A call that returned within 3 seconds of `started`, far below its 20-second deadline.
+fn returned_soon(started: Instant) {
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "the call took {took:?}");
+}
+
 /// Whether `program --version` runs; prints `SKIPPED` when not.
 fn have(program: &str, test: &str) -> bool {
     let ok = std::process::Command::new(program)
@@ -55,17 +64,6 @@ fn have(program: &str, test: &str) -> bool {
         println!("SKIPPED {test}: {program} is missing");
     }
     ok
-}
-
-/// Whether a pid is gone (or only a zombie waiting to be reaped).
-fn is_dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            let rest = &stat[stat.rfind(')').unwrap() + 1..];
-            matches!(rest.split_whitespace().next(), Some("Z") | Some("X"))
-        }
-    }
 }
 
 /// One project step's stdout, trimmed.
@@ -249,11 +247,7 @@ async fn output_a_leftover_holds_open_still_returns() {
         .project(&steps(&["(sleep 30 &); echo done"]), T, &RunEnv::default())
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    returned_soon(started);
     assert_eq!(text(&p.steps[0].stdout).trim(), "done");
     let started = Instant::now();
     let j = s
@@ -264,11 +258,7 @@ async fn output_a_leftover_holds_open_still_returns() {
         )
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    returned_soon(started);
     assert_eq!(text(&j.stdout).trim(), "done");
     s.close().await;
 }
@@ -617,5 +607,58 @@ async fn a_cells_files_are_written_first_and_a_bad_path_refuses_it() {
         Err(RunnerError::CellLanguage(l)) => assert_eq!(l, "ruby"),
         other => panic!("{other:?}"),
     }
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_cells_output_is_capped_and_the_interpreter_goes_on() {
+    if !have(
+        "python3",
+        "a_cells_output_is_capped_and_the_interpreter_goes_on",
+    ) {
+        return;
+    }
+    let (_root, r) = runner();
+    let s = r.open_session().unwrap();
+    let cap = Limits::default().output_bytes;
+    let big = run_cell(
+        &s,
+        "python",
+        "import sys\nsys.stdout.write('x' * 3_000_000)\nsys.stderr.write('e' * 10)",
+    )
+    .await;
+    assert_eq!(big.exit_code, 0);
+    assert_eq!(big.stdout.len(), cap);
+    assert!(big.stdout_truncated && !big.stderr_truncated);
+    assert_eq!(big.stderr, b"eeeeeeeeee");
+    let next = run_cell(&s, "python", "'next'").await;
+    assert!(!next.interpreter_started);
+    assert_eq!(text(&next.stdout), "'next'\n");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_cell_leaves_no_trace_in_the_next_one() {
+    if !have(
+        "python3",
+        "a_cancelled_cell_leaves_no_trace_in_the_next_one",
+    ) {
+        return;
+    }
+    let (_root, r) = runner();
+    let s = r.open_session().unwrap();
+    let sleeping = cell("python", "import time\ntime.sleep(30)");
+    let slow = s.cell(&sleeping, T);
+    assert!(tokio::time::timeout(Duration::from_millis(500), slow)
+        .await
+        .is_err());
+    let old = s.interpreter_pids().await;
+    assert_eq!(old.len(), 1);
+    let started = Instant::now();
+    let next = run_cell(&s, "python", "'fresh'").await;
+    returned_soon(started);
+    assert!(next.interpreter_started, "the busy interpreter was reused");
+    assert_eq!(text(&next.stdout), "'fresh'\n");
+    assert!(is_dead(old[0]));
     s.close().await;
 }
