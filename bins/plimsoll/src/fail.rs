@@ -55,8 +55,10 @@ impl From<ClientError> for Fail {
     fn from(e: ClientError) -> Fail {
         let code = match &e {
             ClientError::Connect { .. } => CONNECT,
-            ClientError::Refused { .. } => REFUSED,
-            // MayHaveRun, Check, and anything added later: assume the code may have run.
+            // Refused by the daemon, or here before sending (a lost session chain).
+            e if e.not_dispatched().is_some() => REFUSED,
+            // MayHaveRun, Check, Unanswered, CloseMismatch, and anything added later:
+            // assume the code may have run.
             _ => MAY_HAVE_RUN,
         };
         Fail {
@@ -103,5 +105,25 @@ mod tests {
         }
         .into();
         assert_eq!(connect.code, CONNECT);
+
+        let lost: Fail = ClientError::ChainLost {
+            why: "call 3: sequence".into(),
+        }
+        .into();
+        assert_eq!(lost.code, REFUSED);
+        assert!(
+            lost.message.starts_with("not dispatched"),
+            "{}",
+            lost.message
+        );
+
+        let unanswered: Fail = ClientError::Unanswered {
+            status: tonic::Status::deadline_exceeded("late"),
+            record: Box::default(),
+        }
+        .into();
+        assert_eq!(unanswered.code, MAY_HAVE_RUN);
+        let mismatch: Fail = ClientError::CloseMismatch("calls".into()).into();
+        assert_eq!(mismatch.code, MAY_HAVE_RUN);
     }
 }

@@ -13,6 +13,7 @@ mod fail;
 mod project;
 mod record_cmd;
 mod run_cmd;
+mod session_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,25 @@ Exit codes:
   2  usage or configuration error (one line naming the bad flag or file)
   3  refused, not dispatched: nothing ran; prints `not dispatched (<reason>): <message>`
   4  could not connect, or the embedded daemon did not start: nothing was sent";
+
+/// The exit codes of the session commands and `repl`, stable for scripts.
+const SESSION_EXIT_CODES: &str = "\
+Exit codes:
+  0  answered and its record checked as the next link of the session's chain (with
+     --exit-code, the program's own code instead); for close: the daemon's counts match
+     the state file, which is then removed
+  1  the answer failed the record check (the state file then refuses every later call
+     with exit 3), the call has no answer but may have run (its unanswered record still
+     advances the state file), or the close answer differs from the state file: the code
+     may have run; do not retry automatically
+  2  usage or configuration error: a bad flag, an unreadable state file, `session open`
+     without --addr or onto an existing state file
+  3  refused, not dispatched: nothing ran (the daemon said so, or the state file's chain
+     was lost and nothing was sent); prints `not dispatched (<reason>): <message>`
+  4  could not connect (or the embedded daemon of repl did not start): nothing was sent
+
+The state file holds the session id, a capability as secret as a token: it is created
+with mode 0600 and the id is never printed.";
 
 const RECORD_EXIT_CODES: &str = "\
 Exit codes:
@@ -57,12 +77,22 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a JavaScript snippet or a project and check the answer's run record.
+    /// Run a JavaScript snippet or a project and check the answer's run record (with
+    /// --session FILE: in a session, as `session run --state FILE`).
     #[command(after_help = EXIT_CODES)]
     Run(run_cmd::RunArgs),
     /// Ask the daemon what it serves: protocol, provider, tier, languages, limits.
     #[command(after_help = EXIT_CODES)]
     Describe(run_cmd::DescribeArgs),
+    /// Sessions: one sandbox kept across calls, each answer chained to the one before;
+    /// between commands a state file holds the session.
+    #[command(subcommand)]
+    Session(SessionCommand),
+    /// An interactive loop over one session: one cell a line from stdin (a line ending in
+    /// \ continues), its stdout and stderr printed; end of input closes the session.
+    /// Without --addr it starts an embedded daemon with the process provider.
+    #[command(after_help = SESSION_EXIT_CODES)]
+    Repl(session_cmd::ReplArgs),
     /// Manage the callers file (token fingerprints and scopes); daemons read it at startup.
     #[command(subcommand)]
     Callers(CallersCommand),
@@ -85,6 +115,26 @@ enum CallersCommand {
 }
 
 #[derive(Debug, Subcommand)]
+enum SessionCommand {
+    /// Open a session on the daemon at --addr (started with SANDBOX_MAX_SESSIONS > 0) and
+    /// write its state file; prints the fingerprint, provider, isolation and expiry.
+    #[command(after_help = SESSION_EXIT_CODES)]
+    Open(session_cmd::OpenArgs),
+    /// Run a JavaScript snippet or a project in the session; prints the answer and its
+    /// place in the chain (`session: <fingerprint>  call <n>  previous <digest>`).
+    #[command(after_help = SESSION_EXIT_CODES)]
+    Run(session_cmd::RunArgs),
+    /// Run one cell (python or javascript) in the session's interpreter, which keeps its
+    /// variables from cell to cell.
+    #[command(after_help = SESSION_EXIT_CODES)]
+    Cell(session_cmd::CellArgs),
+    /// Close the session: prints its fingerprint, calls, last record digest and end
+    /// reason, checks them against the state file, then removes it.
+    #[command(after_help = SESSION_EXIT_CODES)]
+    Close(session_cmd::StateArgs),
+}
+
+#[derive(Debug, Subcommand)]
 enum RecordCommand {
     /// Recompute request_sha256, result_sha256 and record_sha256 from a request and a
     /// response in proto3 JSON, and say whether each matches the response's record.
@@ -92,7 +142,8 @@ enum RecordCommand {
     Digest(record_cmd::DigestArgs),
 }
 
-/// Where the daemon is and how to authenticate to it (shared by run and describe).
+/// Where the daemon is and how to authenticate to it (shared by run, describe, session
+/// open and repl).
 #[derive(Debug, Clone, Args)]
 pub struct Conn {
     /// Daemon address: http://host:port, https://host:port, or host:port (plain HTTP/2).
@@ -141,6 +192,11 @@ fn main() -> ExitCode {
         Command::Record(RecordCommand::Digest(a)) => record_cmd::digest(a),
         Command::Run(a) => block_on(run_cmd::run(a)),
         Command::Describe(a) => block_on(run_cmd::describe(a)),
+        Command::Session(SessionCommand::Open(a)) => block_on(session_cmd::open(a)),
+        Command::Session(SessionCommand::Run(a)) => block_on(session_cmd::run(a)),
+        Command::Session(SessionCommand::Cell(a)) => block_on(session_cmd::cell(a)),
+        Command::Session(SessionCommand::Close(a)) => block_on(session_cmd::close(a)),
+        Command::Repl(a) => block_on(session_cmd::repl(a)),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

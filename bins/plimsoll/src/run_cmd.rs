@@ -16,34 +16,49 @@ use crate::fail::Fail;
 use crate::project::{parse_timeout, read_project};
 use crate::Conn;
 
-/// Arguments of `plimsoll run`.
+/// The tiers a floor may name.
+pub(crate) const TIERS: [&str; 4] = ["process", "container", "kernel", "vm"];
+
+/// Code given on the command line or in a file (shared by `run`, `session run`, `session
+/// cell`).
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("payload").required(true).args(["eval", "file", "project"])))]
-pub struct RunArgs {
-    #[command(flatten)]
-    conn: Conn,
-    /// The weakest isolation tier acceptable; a daemon that cannot meet it refuses before
-    /// anything runs (exit 3).
-    #[arg(long, value_name = "TIER", value_parser = ["process", "container", "kernel", "vm"])]
-    floor: Option<String>,
-    /// Deadline for the whole run: milliseconds (5000, 500ms), seconds (5s) or minutes (2m).
-    /// Without it the daemon's default applies.
-    #[arg(long, value_name = "DUR", value_parser = parse_timeout)]
-    timeout: Option<i32>,
-    /// Print the answer as proto3 JSON instead of text.
-    #[arg(long)]
-    json: bool,
-    /// Exit with the program's exit code instead of 0 once the answer checks (a project:
-    /// its last step's code when completed, 124 when timed out, 125 for any other outcome;
-    /// codes outside 0-255 become 255).
-    #[arg(long)]
-    exit_code: bool,
-    /// JavaScript code to run.
+pub struct CodeArgs {
+    /// Code to run (JavaScript, or the cell's --language).
     #[arg(short = 'e', long = "eval", value_name = "CODE")]
     eval: Option<String>,
-    /// A JavaScript file to run, or - to read the code from stdin.
-    #[arg(value_name = "FILE.js")]
+    /// A file holding the code to run, or - to read it from stdin.
+    #[arg(value_name = "FILE")]
     file: Option<PathBuf>,
+}
+
+impl CodeArgs {
+    /// The code, if given: `-e`, the file, or stdin for `-`.
+    pub(crate) fn read(&self) -> Result<Option<String>, Fail> {
+        if let Some(code) = &self.eval {
+            return Ok(Some(code.clone()));
+        }
+        let Some(file) = &self.file else {
+            return Ok(None);
+        };
+        if file.as_os_str() == "-" {
+            let mut s = String::new();
+            io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| Fail::usage(format!("stdin: cannot read the code: {e}")))?;
+            return Ok(Some(s));
+        }
+        std::fs::read_to_string(file)
+            .map(Some)
+            .map_err(|e| Fail::usage(format!("{}: {e}", file.display())))
+    }
+}
+
+/// What to run: a JavaScript snippet or a project (shared by `run` and `session run`).
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("payload").required(true).args(["eval", "file", "project"])))]
+pub struct PayloadArgs {
+    #[command(flatten)]
+    code: CodeArgs,
     /// Send every regular text file under DIR (relative paths; .git skipped; symbolic
     /// links not followed; non-UTF-8 files refused) and run the --step commands in it.
     #[arg(long, value_name = "DIR", requires = "step")]
@@ -55,16 +70,81 @@ pub struct RunArgs {
     /// A file the project produces that should come back in the answer (repeatable).
     #[arg(long, value_name = "PATH")]
     artifact: Vec<String>,
+}
+
+/// How to send one call and show its answer (shared by `run` and the session calls).
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// The weakest isolation tier acceptable; a daemon that cannot meet it refuses before
+    /// anything runs (exit 3).
+    #[arg(long, value_name = "TIER", value_parser = TIERS)]
+    pub(crate) floor: Option<String>,
+    /// Deadline for the whole run: milliseconds (5000, 500ms), seconds (5s) or minutes (2m).
+    /// Without it the daemon's default applies.
+    #[arg(long, value_name = "DUR", value_parser = parse_timeout)]
+    pub(crate) timeout: Option<i32>,
+    /// Print the answer as proto3 JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Exit with the program's exit code instead of 0 once the answer checks (a project:
+    /// its last step's code when completed, 124 when timed out, 125 for any other outcome;
+    /// codes outside 0-255 become 255).
+    #[arg(long)]
+    exit_code: bool,
+}
+
+impl CallArgs {
+    /// Prints a checked answer on stdout: `json` as proto3 JSON with --json, otherwise the
+    /// text of `resp` followed by `more`; then the exit code --exit-code asks for.
+    pub(crate) fn emit<T: serde::Serialize>(
+        &self,
+        resp: &pb::RunResponse,
+        json: &T,
+        more: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    ) -> Result<u8, Fail> {
+        let mut out = io::stdout().lock();
+        let written = if self.json {
+            serde_json::to_string_pretty(json)
+                .map_err(io::Error::other)
+                .and_then(|s| writeln!(out, "{s}"))
+        } else {
+            print_run(resp, &mut out).and_then(|()| more(&mut out))
+        };
+        written.and_then(|()| out.flush()).map_err(|e| {
+            Fail::may_have_run(format!("the answer checked but could not be printed: {e}"))
+        })?;
+        Ok(if self.exit_code {
+            program_exit_code(resp)
+        } else {
+            0
+        })
+    }
+}
+
+/// Arguments of `plimsoll run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    conn: Conn,
+    #[command(flatten)]
+    call: CallArgs,
+    #[command(flatten)]
+    payload: PayloadArgs,
     /// Without --addr: the embedded daemon's provider. `quickjs` (the default for
     /// JavaScript) needs nothing installed; `process` runs node, python3 and sh from PATH
     /// (the default for --project).
     #[arg(long, value_name = "NAME", value_parser = ["quickjs", "process"])]
     provider: Option<String>,
+    /// Run in the session this state file holds (`session open` wrote it), exactly as
+    /// `plimsoll session run --state FILE` does; the daemon's address comes from the file
+    /// (--addr is not used).
+    #[arg(long, value_name = "FILE", conflicts_with = "provider")]
+    session: Option<PathBuf>,
 }
 
 /// The embedded daemon's provider for these arguments.
 fn embedded_provider(args: &RunArgs) -> Result<&'static str, Fail> {
-    match (args.provider.as_deref(), args.project.is_some()) {
+    match (args.provider.as_deref(), args.payload.project.is_some()) {
         (Some("quickjs"), true) => Err(Fail::usage(
             "--provider quickjs runs JavaScript snippets only; a --project needs --provider process",
         )),
@@ -84,51 +164,34 @@ pub struct DescribeArgs {
 }
 
 /// A client and, when no address was given, the embedded daemon it talks to.
-struct Session {
-    client: Client,
+pub(crate) struct Link {
+    pub(crate) client: Client,
     daemon: Option<plimsoll_daemon::RunningDaemon>,
 }
 
-impl Session {
-    async fn open(conn: &Conn, provider: &'static str) -> Result<Session, Fail> {
-        match conn
-            .addr
-            .as_deref()
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-        {
-            Some(addr) => {
-                let url = if addr.contains("://") {
-                    addr.to_owned()
-                } else {
-                    format!("http://{addr}")
-                };
-                let token = conn.token_file.as_deref().map(read_token).transpose()?;
-                let client = Client::connect(
-                    &url,
-                    ClientOptions {
-                        token,
-                        ca_file: conn.ca_file.clone(),
-                    },
-                )
-                .await?;
-                Ok(Session {
-                    client,
-                    daemon: None,
-                })
-            }
+impl Link {
+    /// The daemon at `conn.addr`, or an embedded one with `provider` (sessions off).
+    pub(crate) async fn open(conn: &Conn, provider: &'static str) -> Result<Link, Fail> {
+        match given_addr(conn) {
+            Some(addr) => Ok(Link {
+                client: connect(addr, conn.token_file.as_deref(), conn.ca_file.clone()).await?,
+                daemon: None,
+            }),
             None => {
                 if conn.token_file.is_some() || conn.ca_file.is_some() {
                     tracing::warn!("--token-file and --ca-file are ignored without --addr: the embedded daemon issues its own token");
                 }
-                Session::embedded(provider).await
+                Link::embedded(provider, 0).await
             }
         }
     }
 
-    /// Starts an in-process daemon with `provider` that accepts one caller, whose token
-    /// lives only in this process's memory.
-    async fn embedded(provider: &'static str) -> Result<Session, Fail> {
+    /// Starts an in-process daemon with `provider` (and room for `max_sessions` sessions)
+    /// that accepts one caller, whose token lives only in this process's memory.
+    pub(crate) async fn embedded(
+        provider: &'static str,
+        max_sessions: usize,
+    ) -> Result<Link, Fail> {
         let token = generate_token();
         let file = CallersFile {
             clients: vec![Caller {
@@ -140,6 +203,7 @@ impl Session {
         let registry =
             Registry::new(file).map_err(|e| Fail::connect(format!("embedded daemon: {e}")))?;
         let mut cfg = plimsoll_daemon::Config::embedded(registry);
+        cfg.sessions.max_sessions = max_sessions;
         // The embedded providers read no variable of their own: an empty source gives their
         // defaults, never the caller's environment.
         cfg.provider = plimsoll_daemon::ProviderConfig::from_env(
@@ -168,18 +232,41 @@ impl Session {
                 return Err(e.into());
             }
         };
-        Ok(Session {
+        Ok(Link {
             client,
             daemon: Some(daemon),
         })
     }
 
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         drop(self.client);
         if let Some(d) = self.daemon {
             d.shutdown().await;
         }
     }
+}
+
+/// `--addr` (or PLIMSOLL_ADDR), unless empty.
+pub(crate) fn given_addr(conn: &Conn) -> Option<&str> {
+    conn.addr
+        .as_deref()
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+}
+
+/// A client for the daemon at `addr` (`host:port` means plain `http://`).
+pub(crate) async fn connect(
+    addr: &str,
+    token_file: Option<&Path>,
+    ca_file: Option<PathBuf>,
+) -> Result<Client, Fail> {
+    let url = if addr.contains("://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    };
+    let token = token_file.map(read_token).transpose()?;
+    Ok(Client::connect(&url, ClientOptions { token, ca_file }).await?)
 }
 
 fn read_token(path: &Path) -> Result<String, Fail> {
@@ -201,7 +288,8 @@ fn read_token(path: &Path) -> Result<String, Fail> {
     Ok(token.to_owned())
 }
 
-fn build_request(args: &RunArgs) -> Result<pb::RunRequest, Fail> {
+/// The payload of `args`: the snippet, or the project with its steps and artifacts.
+pub(crate) fn build_payload(args: &PayloadArgs) -> Result<pb::run_request::Payload, Fail> {
     use pb::run_request::Payload;
     // Checked here rather than with clap's `requires`, which lets `--step` through when
     // another payload flag satisfies the group.
@@ -213,98 +301,81 @@ fn build_request(args: &RunArgs) -> Result<pb::RunRequest, Fail> {
             return Err(Fail::usage(format!("{flag} needs --project DIR")));
         }
     }
-    let payload = if let Some(code) = &args.eval {
-        Payload::Javascript(pb::JavaScriptRun {
-            code: code.clone(),
-            grant_profile: String::new(),
-        })
-    } else if let Some(file) = &args.file {
-        let code = if file.as_os_str() == "-" {
-            let mut s = String::new();
-            io::stdin()
-                .read_to_string(&mut s)
-                .map_err(|e| Fail::usage(format!("stdin: cannot read JavaScript code: {e}")))?;
-            s
-        } else {
-            std::fs::read_to_string(file)
-                .map_err(|e| Fail::usage(format!("{}: {e}", file.display())))?
-        };
-        Payload::Javascript(pb::JavaScriptRun {
+    if let Some(code) = args.code.read()? {
+        return Ok(Payload::Javascript(pb::JavaScriptRun {
             code,
             grant_profile: String::new(),
-        })
-    } else if let Some(dir) = &args.project {
-        for a in &args.artifact {
-            plimsoll_core::validate::check_relative_path(a)
-                .map_err(|e| Fail::usage(format!("--artifact {a:?}: {e}")))?;
-        }
-        Payload::Project(pb::ProjectRun {
-            files: read_project(dir).map_err(Fail::usage_from)?,
-            steps: args.step.clone(),
-            artifacts: args.artifact.clone(),
-            grant_profile: String::new(),
-        })
-    } else {
+        }));
+    }
+    let Some(dir) = &args.project else {
         return Err(Fail::usage(
             "give -e CODE, FILE.js, or --project DIR --step CMD",
         ));
     };
-    let req = pb::RunRequest {
-        protocol: PROTOCOL,
-        minimum_isolation: args.floor.clone().unwrap_or_default(),
-        trace_id: String::new(),
-        timeout_ms: args.timeout.unwrap_or(0),
-        software_rule: None,
-        payload: Some(payload),
-    };
-    let size = prost_len(&req);
+    for a in &args.artifact {
+        plimsoll_core::validate::check_relative_path(a)
+            .map_err(|e| Fail::usage(format!("--artifact {a:?}: {e}")))?;
+    }
+    Ok(Payload::Project(pb::ProjectRun {
+        files: read_project(dir).map_err(Fail::usage_from)?,
+        steps: args.step.clone(),
+        artifacts: args.artifact.clone(),
+        grant_profile: String::new(),
+    }))
+}
+
+/// Refuses a request larger than a daemon accepts, before sending it.
+pub(crate) fn check_size(req: &impl prost::Message) -> Result<(), Fail> {
+    let size = req.encoded_len();
     if size > MAX_REQUEST_BYTES {
         return Err(Fail::usage(format!(
             "the request would be {size} bytes; a daemon accepts at most {MAX_REQUEST_BYTES}"
         )));
     }
-    Ok(req)
+    Ok(())
 }
 
-fn prost_len(req: &pb::RunRequest) -> usize {
-    prost::Message::encoded_len(req)
+fn build_request(args: &RunArgs) -> Result<pb::RunRequest, Fail> {
+    let req = pb::RunRequest {
+        protocol: PROTOCOL,
+        minimum_isolation: args.call.floor.clone().unwrap_or_default(),
+        trace_id: String::new(),
+        timeout_ms: args.call.timeout.unwrap_or(0),
+        software_rule: None,
+        payload: Some(build_payload(&args.payload)?),
+    };
+    check_size(&req)?;
+    Ok(req)
 }
 
 /// `plimsoll run`.
 pub async fn run(args: RunArgs) -> Result<u8, Fail> {
+    if let Some(state) = &args.session {
+        let payload = crate::session_cmd::session_payload(build_payload(&args.payload)?);
+        let over = crate::session_cmd::Overrides {
+            token_file: args.conn.token_file.clone(),
+            ca_file: args.conn.ca_file.clone(),
+        };
+        return crate::session_cmd::call(state, &over, &args.call, payload).await;
+    }
     let req = build_request(&args)?;
     if args.provider.is_some() && args.conn.addr.is_some() {
         return Err(Fail::usage(
             "--provider chooses the embedded daemon's provider; a daemon at --addr has its own (SANDBOX_PROVIDER)",
         ));
     }
-    let mut session = Session::open(&args.conn, embedded_provider(&args)?).await?;
-    let answer = session.client.run(req).await;
-    session.close().await;
+    let mut link = Link::open(&args.conn, embedded_provider(&args)?).await?;
+    let answer = link.client.run(req).await;
+    link.close().await;
     let resp = answer?;
-    let mut out = io::stdout().lock();
-    let written = if args.json {
-        serde_json::to_string_pretty(&resp)
-            .map_err(io::Error::other)
-            .and_then(|s| writeln!(out, "{s}"))
-    } else {
-        print_run(&resp, &mut out)
-    };
-    written.and_then(|()| out.flush()).map_err(|e| {
-        Fail::may_have_run(format!("the answer checked but could not be printed: {e}"))
-    })?;
-    Ok(if args.exit_code {
-        program_exit_code(&resp)
-    } else {
-        0
-    })
+    args.call.emit(&resp, &resp, |_| Ok(()))
 }
 
 /// `plimsoll describe`.
 pub async fn describe(args: DescribeArgs) -> Result<u8, Fail> {
-    let mut session = Session::open(&args.conn, "quickjs").await?;
-    let answer = session.client.describe().await;
-    session.close().await;
+    let mut link = Link::open(&args.conn, "quickjs").await?;
+    let answer = link.client.describe().await;
+    link.close().await;
     let d = answer?;
     let mut out = io::stdout().lock();
     let written = if args.json {
@@ -345,7 +416,12 @@ fn program_exit_code(resp: &pb::RunResponse) -> u8 {
     }
 }
 
-fn stream(out: &mut impl Write, name: &str, bytes: &[u8], truncated: bool) -> io::Result<()> {
+fn stream(
+    out: &mut (impl Write + ?Sized),
+    name: &str,
+    bytes: &[u8],
+    truncated: bool,
+) -> io::Result<()> {
     if bytes.is_empty() && !truncated {
         return writeln!(out, "{name}: (empty)");
     }
@@ -368,7 +444,7 @@ fn outcome_name(n: i32) -> String {
     }
 }
 
-fn print_run(resp: &pb::RunResponse, out: &mut impl Write) -> io::Result<()> {
+fn print_run(resp: &pb::RunResponse, out: &mut (impl Write + ?Sized)) -> io::Result<()> {
     use pb::run_response::Result as R;
     writeln!(out, "provider:  {}", resp.sandbox)?;
     writeln!(out, "isolation: {}", resp.isolation)?;
