@@ -15,7 +15,7 @@ use plimsoll_testkit::plimsolld::Plimsolld;
 
 mod fake;
 
-/// What the tests against a real plimsolld need (they are ignored until it works here).
+/// What the tests against a real plimsolld need.
 const NEEDS: &str = "a provider whose sessions pass plimsolld's startup smoke test";
 
 fn plimsolld_bin() -> PathBuf {
@@ -154,7 +154,6 @@ fn open(dir: &Path, addr: &str, extra: &[&str]) -> (PathBuf, Output) {
 }
 
 #[test]
-#[ignore = "needs a plimsolld whose session smoke test passes: here PID 1 reaps late; run with PLIMSOLL_TEST_REAPER=\"/usr/bin/tini -s --\""]
 fn open_run_project_cells_close() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -348,7 +347,6 @@ fn closing_twice_scenario(d: &Path, addr: &str) {
 }
 
 #[test]
-#[ignore = "needs a plimsolld whose session smoke test passes: here PID 1 reaps late; run with PLIMSOLL_TEST_REAPER=\"/usr/bin/tini -s --\""]
 fn a_tampered_state_fails_the_chain_then_refuses_before_sending() {
     let dir = tempfile::tempdir().unwrap();
     let (mut daemon, addr) = daemon(dir.path());
@@ -357,7 +355,6 @@ fn a_tampered_state_fails_the_chain_then_refuses_before_sending() {
 }
 
 #[test]
-#[ignore = "needs a plimsolld whose session smoke test passes: here PID 1 reaps late; run with PLIMSOLL_TEST_REAPER=\"/usr/bin/tini -s --\""]
 fn closing_twice_answers_from_the_tombstone() {
     let dir = tempfile::tempdir().unwrap();
     let (mut daemon, addr) = daemon(dir.path());
@@ -366,7 +363,6 @@ fn closing_twice_answers_from_the_tombstone() {
 }
 
 #[test]
-#[ignore = "needs a plimsolld whose session smoke test passes: here PID 1 reaps late; run with PLIMSOLL_TEST_REAPER=\"/usr/bin/tini -s --\""]
 fn repl_keeps_variables_and_closes_on_eof() {
     let dir = tempfile::tempdir().unwrap();
     let o = plimsoll_in(

@@ -124,7 +124,8 @@ impl ProviderSession for ScriptedSession {
                     answer: Ok(js_answer("left something\n")),
                     ended: Some(SessionEnded {
                         cause: SessionEndCause::BoundaryFailed,
-                        detail: "the sweep could not prove that no process of the call is left".into(),
+                        detail: "the sweep could not prove that no process of the call is left"
+                            .into(),
                     }),
                 },
                 "changed" => SessionCallOutcome {
@@ -659,7 +660,10 @@ async fn boundary_failed_and_sandbox_changed_end_the_session() {
     let mut s = c.open_session(open()).await.unwrap();
     let a = c.session_run(&mut s, call("boundary")).await.unwrap();
     assert_eq!(a.ended(), pb::SessionEnd::BoundaryFailed);
-    assert_eq!(c.close_session(&s).await.unwrap().ended(), pb::SessionEnd::BoundaryFailed);
+    assert_eq!(
+        c.close_session(&s).await.unwrap().ended(),
+        pb::SessionEnd::BoundaryFailed
+    );
     // A read-back difference: the call ran nothing (marked, not counted) and the session ends.
     let mut s = c.open_session(open()).await.unwrap();
     let e = c.session_run(&mut s, call("changed")).await.unwrap_err();
@@ -667,8 +671,14 @@ async fn boundary_failed_and_sandbox_changed_end_the_session() {
         panic!("{e}")
     };
     assert_eq!(*reason, Reason::Environment);
-    assert_eq!(session_ended(status).unwrap().reason(), pb::SessionEnd::SandboxChanged);
+    assert_eq!(
+        session_ended(status).unwrap().reason(),
+        pb::SessionEnd::SandboxChanged
+    );
     let closed = c.close_session(&s).await.unwrap();
-    assert_eq!((closed.calls, closed.ended()), (0, pb::SessionEnd::SandboxChanged));
+    assert_eq!(
+        (closed.calls, closed.ended()),
+        (0, pb::SessionEnd::SandboxChanged)
+    );
     f.daemon.shutdown().await;
 }

@@ -27,26 +27,59 @@ async fn daemon() -> (RunningDaemon, Client, Setup) {
     (daemon, client, setup)
 }
 
-macro_rules! conformance {
-    ($($name:ident => $check:path $(, $arg:expr)*;)*) => {$(
-        #[tokio::test]
-        async fn $name() {
-            let (daemon, mut c, _setup) = daemon().await;
-            $check(&mut c $(, $arg)*).await;
-            daemon.shutdown().await;
-        }
-    )*};
+/// Runs one check of the suite against a fresh daemon, then stops it.
+async fn check(f: impl AsyncFnOnce(&mut Client)) {
+    let (daemon, mut c, _setup) = daemon().await;
+    f(&mut c).await;
+    daemon.shutdown().await;
 }
 
-conformance! {
-    files_persist_between_a_snippet_and_a_project => suite::files_persist_between_a_snippet_and_a_project;
-    two_sessions_do_not_share_a_working_directory => suite::two_sessions_cannot_see_each_other, false;
-    no_leftover_process_reaches_the_next_call => suite::no_leftover_process_reaches_the_next_call;
-    a_deadline_ends_the_call_not_the_session => suite::a_deadline_ends_the_call_not_the_session;
-    held_open_output_still_returns => suite::held_open_output_still_returns;
-    a_floor_above_the_tier_is_refused => suite::a_floor_above_the_tier_is_refused, Tier::Process;
-    close_and_lifetime_end_the_session => suite::close_and_lifetime_end_the_session;
-    cells_keep_state_in_both_languages => suite::cells_keep_state_in_both_languages;
-    a_killed_interpreter_reports_fresh => suite::a_killed_interpreter_reports_fresh;
-    a_lost_answer_is_unanswered_and_the_session_goes_on => suite::a_lost_answer_is_unanswered_and_the_session_goes_on;
+#[tokio::test]
+async fn files_persist_between_a_snippet_and_a_project() {
+    check(suite::files_persist_between_a_snippet_and_a_project).await;
+}
+
+#[tokio::test]
+async fn two_sessions_do_not_share_a_working_directory() {
+    check(async |c| suite::two_sessions_cannot_see_each_other(c, false).await).await;
+}
+
+#[tokio::test]
+async fn no_leftover_process_reaches_the_next_call() {
+    check(suite::no_leftover_process_reaches_the_next_call).await;
+}
+
+#[tokio::test]
+async fn a_deadline_ends_the_call_not_the_session() {
+    check(suite::a_deadline_ends_the_call_not_the_session).await;
+}
+
+#[tokio::test]
+async fn held_open_output_still_returns() {
+    check(suite::held_open_output_still_returns).await;
+}
+
+#[tokio::test]
+async fn a_floor_above_the_tier_is_refused() {
+    check(async |c| suite::a_floor_above_the_tier_is_refused(c, Tier::Process).await).await;
+}
+
+#[tokio::test]
+async fn close_and_lifetime_end_the_session() {
+    check(suite::close_and_lifetime_end_the_session).await;
+}
+
+#[tokio::test]
+async fn cells_keep_state_in_both_languages() {
+    check(suite::cells_keep_state_in_both_languages).await;
+}
+
+#[tokio::test]
+async fn a_killed_interpreter_reports_fresh() {
+    check(suite::a_killed_interpreter_reports_fresh).await;
+}
+
+#[tokio::test]
+async fn a_lost_answer_is_unanswered_and_the_session_goes_on() {
+    check(suite::a_lost_answer_is_unanswered_and_the_session_goes_on).await;
 }

@@ -348,7 +348,10 @@ pub async fn a_lost_answer_is_unanswered_and_the_session_goes_on(c: &mut Client)
     assert_eq!((record.version, record.sequence), (3, 2));
     let r = run(c, &mut s, steps(&["test \"$(cat kept.txt)\" = kept"])).await;
     assert_eq!(exits(&r), [0]);
-    assert_eq!(r.record.as_ref().expect("a record").previous_sha256, record.record_sha256);
+    assert_eq!(
+        r.record.as_ref().expect("a record").previous_sha256,
+        record.record_sha256
+    );
     let r = run(c, &mut s, cell("javascript", "40 + 2")).await;
     assert!(cell_result(&r).interpreter_started);
     assert_eq!(c.close_session(&s).await.expect("close").calls, 4);
