@@ -98,6 +98,9 @@ pub struct AgentSandboxConfig {
     /// `SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK`: the operator's statement that the pod
     /// network is authenticated and encrypted (hardened mode needs it).
     pub encrypted_pod_network: bool,
+    /// Sessions are on (`SANDBOX_MAX_SESSIONS` > 0): the template's sandboxd must then run
+    /// with `--session`, since a session's pod serves every call of it.
+    pub sessions: bool,
 }
 
 impl AgentSandboxConfig {
@@ -115,6 +118,7 @@ impl AgentSandboxConfig {
             claim_poll_max: Duration::from_millis(250),
             sandboxd_port: SANDBOXD_PORT,
             encrypted_pod_network: false,
+            sessions: false,
         }
     }
 
@@ -175,8 +179,10 @@ impl ProviderSetup for AgentSandboxConfig {
     const NAME: &'static str = NAME;
     const VARIABLES: &'static [Variable] = VARIABLES;
 
-    fn from_env(env: &dyn EnvSource, _: &Shared) -> Result<Self, ConfigError> {
-        AgentSandboxConfig::read(env)
+    fn from_env(env: &dyn EnvSource, shared: &Shared) -> Result<Self, ConfigError> {
+        let mut c = AgentSandboxConfig::read(env)?;
+        c.sessions = shared.sessions;
+        Ok(c)
     }
 
     /// The statement is a boolean like every other, checked whatever the provider.

@@ -260,12 +260,16 @@ impl AgentSandboxProvider {
             .collect();
         let template_json = serde_json::to_value(&template).unwrap_or_default();
         let pool_json = serde_json::to_value(&pool).unwrap_or_default();
-        Ok(readback::read_back(
+        let mut rb = readback::read_back(
             &self.cfg.template,
             &template_json,
             Some((&self.cfg.warm_pool, &pool_json)),
             &policies,
-        ))
+        );
+        if self.cfg.sessions {
+            rb.drifts.extend(readback::session_drifts(&template_json));
+        }
+        Ok(rb)
     }
 
     /// One run with where its time went. [`Provider::run`] is this without the phases.

@@ -78,6 +78,8 @@ pub enum DriftKind {
     RunAs,
     /// The warm pool does not use the template.
     WarmPool,
+    /// Sessions are on and sandboxd does not run with `--session`.
+    Session,
 }
 
 impl DriftKind {
@@ -98,6 +100,7 @@ impl DriftKind {
             DriftKind::Privileged => "privileged",
             DriftKind::RunAs => "run-as",
             DriftKind::WarmPool => "warm-pool",
+            DriftKind::Session => "session",
         }
     }
 }
@@ -413,6 +416,46 @@ fn argv(c: &Container) -> Vec<String> {
         .flatten()
         .chain(c.args.iter().flatten())
         .cloned()
+        .collect()
+}
+
+/// The flag that makes sandboxd keep one session for every call (sessions need it).
+pub const SESSION_FLAG: &str = "--session";
+
+/// With sessions on, every terminator container's sandboxd must run with `--session`: a
+/// session's pod serves all its calls from one working directory, and a one-shot run's pod
+/// (used once, then deleted) is unaffected by it.
+pub fn session_drifts(template: &Value) -> Vec<Drift> {
+    let containers = template["spec"]["podTemplate"]["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    containers
+        .iter()
+        .filter(|c| {
+            c["command"]
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(Value::as_str)
+                == Some(TERMINATOR)
+        })
+        .filter(|c| {
+            let argv = [&c["command"], &c["args"]];
+            !argv
+                .iter()
+                .filter_map(|v| v.as_array())
+                .flatten()
+                .any(|v| v.as_str() == Some(SESSION_FLAG))
+        })
+        .map(|c| {
+            drift(
+                DriftKind::Session,
+                format!(
+                    "container {}: sessions are on (SANDBOX_MAX_SESSIONS > 0) and sandboxd's arguments lack {SESSION_FLAG}; add it, or set SANDBOX_MAX_SESSIONS=0",
+                    c["name"].as_str().unwrap_or("?")
+                ),
+            )
+        })
         .collect()
 }
 

@@ -196,6 +196,7 @@ fn shared(v: &Vars<'_>) -> Result<Shared, ConfigError> {
             .into_iter()
             .filter(|n| v.is_set(n))
             .collect(),
+        sessions: false,
     })
 }
 
@@ -278,7 +279,9 @@ impl Config {
         if max_concurrent == 0 {
             return Err(bad("SANDBOX_MAX_CONCURRENT", "must be at least 1"));
         }
-        let shared = shared(&v)?;
+        let sessions = crate::sessions::SessionSettings::from_vars(&v)?;
+        let mut shared = shared(&v)?;
+        shared.sessions = sessions.enabled();
         // Credentials named by the grants file are read here, once, from the same source.
         let grants = match v.path("PLIMSOLL_GRANTS_FILE") {
             None => plimsoll_grants::Grants::empty(),
@@ -290,7 +293,6 @@ impl Config {
         let process_grants_trust_all_callers =
             v.bool("PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS")?;
         let provider = ProviderConfig::from_env(&provider_name, env, &shared)?;
-        let sessions = crate::sessions::SessionSettings::from_vars(&v)?;
         shared_user_grants_check(
             &provider,
             &grants,

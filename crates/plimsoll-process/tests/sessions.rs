@@ -29,6 +29,7 @@ async fn open(p: &ProcessProvider, disk_mb: u32) -> Box<dyn ProviderSession> {
         .open(SessionSpec {
             languages: Vec::new(),
             disk_mb,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -188,6 +188,9 @@ pub struct Shared {
     /// Which of the four resource variables were set (a provider that keeps only some of
     /// them refuses the others, naming them).
     pub explicit_resources: Vec<&'static str>,
+    /// Whether sessions are on (`SANDBOX_MAX_SESSIONS` > 0): a provider whose sandboxes
+    /// must be set up for them checks that at startup.
+    pub sessions: bool,
 }
 
 impl Default for Shared {
@@ -198,6 +201,7 @@ impl Default for Shared {
             default_timeout: Duration::from_secs(30),
             resources: Resources::default(),
             explicit_resources: Vec::new(),
+            sessions: false,
         }
     }
 }
@@ -269,6 +273,9 @@ pub struct SessionSpec {
     /// `SANDBOX_SESSION_DISK_MB`: bytes the session's files may take, measured after each
     /// call (0 = not measured). Past it the session ends with `DiskExceeded`.
     pub disk_mb: u32,
+    /// The session's lifetime: plimsolld ends it then; a provider whose sandbox needs an
+    /// expiry of its own (a claim's shutdown time) sets it a little later.
+    pub lifetime: Duration,
 }
 
 /// Why a provider ended a session during or after a call (the reasons plimsolld itself

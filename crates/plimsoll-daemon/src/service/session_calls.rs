@@ -142,6 +142,7 @@ impl Service {
             .open(SessionSpec {
                 languages,
                 disk_mb: settings.disk_mb,
+                lifetime,
             })
             .await
             .map_err(|e| match e {

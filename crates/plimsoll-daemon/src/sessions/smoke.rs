@@ -49,6 +49,7 @@ pub async fn run(opener: &dyn SessionProvider, facts: &Facts) -> Result<(), Stri
         .open(SessionSpec {
             languages: facts.languages.clone(),
             disk_mb: 0,
+            lifetime: Duration::from_secs(300),
         })
         .await
         .map_err(|e| format!("open: {e}"))?;
