@@ -168,7 +168,7 @@ pub(crate) async fn run(
 
 /// The exit code, or 128 + the signal number for a program killed by a signal (as shells
 /// report it).
-fn exit_code_of(s: std::process::ExitStatus) -> i32 {
+pub(crate) fn exit_code_of(s: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     match (s.code(), s.signal()) {
         (Some(c), _) => c,

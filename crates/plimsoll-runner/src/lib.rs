@@ -60,9 +60,11 @@
 //! /proc hides its environment. The process tier is no wall; the container tiers bound such
 //! a program with their PID namespace and cgroup.
 
+mod cell;
 mod env;
 mod exec;
 mod scope;
+mod session;
 mod tree;
 
 use std::path::PathBuf;
@@ -75,6 +77,8 @@ pub use env::{FIXED_PATH, REFUSED_NAMES, REFUSED_PREFIXES};
 pub use exec::{OUTPUT_GRACE, TIMEOUT_EXIT_CODE};
 pub use scope::TMP_DIR_NAME;
 pub use tree::{processes_with_tag, RUN_TAG_VAR};
+
+pub use session::RunnerSession;
 
 use exec::Program;
 use scope::RunScope;
@@ -194,6 +198,23 @@ pub enum RunnerError {
         #[source]
         source: std::io::Error,
     },
+    /// A cell's files could not be written (a refused path, or one that cannot be
+    /// written); nothing of the cell ran. Names the path.
+    #[error("the cell's files were refused: {0}")]
+    CellFiles(String),
+    /// A cell named a language the runner keeps no interpreter for; nothing ran.
+    #[error("cells in {0:?} are not supported (javascript, python)")]
+    CellLanguage(String),
+    /// A session's kept interpreter answered a cell in a way the runner cannot trust (a
+    /// control line without the cell's nonce, or a closed control channel while it lives).
+    /// The cell may have run; the interpreter has been killed.
+    #[error("the {language} interpreter gave no trustworthy answer: {detail}")]
+    Interpreter {
+        /// `javascript` or `python`.
+        language: &'static str,
+        /// What was seen (never the cell's code or output).
+        detail: String,
+    },
     /// The runner lost track of a program it started (waiting for it failed); the program
     /// may have run, and has been killed.
     #[error("could not wait for {program}: {source}")]
@@ -249,12 +270,7 @@ impl Runner {
     }
 
     fn deadline(&self, timeout: Duration) -> Instant {
-        let t = if timeout.is_zero() {
-            self.cfg.default_timeout
-        } else {
-            timeout
-        };
-        Instant::now() + t
+        deadline_after(timeout, self.cfg.default_timeout)
     }
 
     fn scope(&self) -> Result<RunScope, RunnerError> {
@@ -270,30 +286,9 @@ impl Runner {
     ) -> Result<pb::JavaScriptResult, RunnerError> {
         let deadline = self.deadline(timeout);
         let scope = self.scope()?;
-        tracing::debug!(tag = scope.tag(), "javascript run starts");
-        let ran = exec::run(
-            &scope,
-            Program {
-                path: "node",
-                args: &["-"],
-                stdin: Some(js.code.as_bytes().to_vec()),
-            },
-            deadline,
-            self.cfg.limits.output_bytes,
-            env,
-        )
-        .await;
+        let out = javascript_in(&scope, js, deadline, &self.cfg.limits, env).await;
         scope.end().await;
-        let ran = ran?;
-        Ok(pb::JavaScriptResult {
-            stdout: ran.stdout,
-            stderr: ran.stderr,
-            exit_code: ran.exit_code,
-            timed_out: ran.timed_out,
-            stdout_truncated: ran.stdout_truncated,
-            stderr_truncated: ran.stderr_truncated,
-            advice: Vec::new(),
-        })
+        out
     }
 
     /// Writes the files, runs the steps with `sh -c` in order (stopping at the first
@@ -306,84 +301,9 @@ impl Runner {
     ) -> Result<pb::ProjectResult, RunnerError> {
         let deadline = self.deadline(timeout);
         let scope = self.scope()?;
-        tracing::debug!(
-            tag = scope.tag(),
-            steps = p.steps.len(),
-            "project run starts"
-        );
-        let mut result = pb::ProjectResult {
-            outcome: pb::ProjectOutcome::Completed as i32,
-            ..Default::default()
-        };
-        if let Err(detail) = scope.write_files(&p.files) {
-            scope.end().await;
-            result.outcome = pb::ProjectOutcome::SetupFailed as i32;
-            result.outcome_detail = detail;
-            return Ok(result);
-        }
-        for (i, step) in p.steps.iter().enumerate() {
-            if Instant::now() >= deadline {
-                result.outcome = pb::ProjectOutcome::TimedOut as i32;
-                result.outcome_detail = TIMED_OUT_DETAIL.to_owned();
-                break;
-            }
-            let ran = exec::run(
-                &scope,
-                Program {
-                    path: "sh",
-                    args: &["-c", step],
-                    stdin: None,
-                },
-                deadline,
-                self.cfg.limits.output_bytes,
-                env,
-            )
-            .await;
-            let ran = match ran {
-                Ok(r) => r,
-                Err(e) if i == 0 && matches!(e, RunnerError::Spawn { .. }) => {
-                    scope.end().await;
-                    return Err(e);
-                }
-                Err(e) => {
-                    result.outcome = pb::ProjectOutcome::SetupFailed as i32;
-                    result.outcome_detail = format!("step {}: {e}", i + 1);
-                    break;
-                }
-            };
-            let stop = ran.timed_out || ran.exit_code != 0;
-            if ran.timed_out {
-                result.outcome = pb::ProjectOutcome::TimedOut as i32;
-                result.outcome_detail = TIMED_OUT_DETAIL.to_owned();
-            }
-            result.steps.push(pb::StepResult {
-                command: step.clone(),
-                stdout: ran.stdout,
-                stderr: ran.stderr,
-                exit_code: ran.exit_code,
-                timed_out: ran.timed_out,
-                duration_ms: i64::try_from(ran.duration.as_millis()).unwrap_or(i64::MAX),
-                stdout_truncated: ran.stdout_truncated,
-                stderr_truncated: ran.stderr_truncated,
-            });
-            if stop {
-                break;
-            }
-        }
-        // No program of the run may touch the tree while the artifacts are read.
-        scope.kill_all().await;
-        match scope.collect(&p.artifacts, self.cfg.limits.artifact_bytes) {
-            Ok(c) => {
-                result.artifacts = c.artifacts;
-                result.artifacts_truncated = c.truncated;
-            }
-            Err(detail) => {
-                result.outcome = pb::ProjectOutcome::SetupFailed as i32;
-                result.outcome_detail = detail;
-            }
-        }
+        let out = project_in(&scope, p, deadline, &self.cfg.limits, env).await;
         scope.end().await;
-        Ok(result)
+        out
     }
 
     /// Proves which languages this runner can execute by running a tiny program in each:
@@ -463,4 +383,127 @@ impl Runner {
             }
         }
     }
+}
+
+/// The deadline of a call: `timeout` from now, or `default` when `timeout` is zero.
+fn deadline_after(timeout: Duration, default: Duration) -> Instant {
+    let t = if timeout.is_zero() { default } else { timeout };
+    Instant::now() + t
+}
+
+/// A snippet in `scope`'s working directory (a run's fresh one, or a session's). The
+/// caller ends or sweeps the scope.
+async fn javascript_in(
+    scope: &RunScope,
+    js: &pb::JavaScriptRun,
+    deadline: Instant,
+    limits: &Limits,
+    env: &RunEnv,
+) -> Result<pb::JavaScriptResult, RunnerError> {
+    tracing::debug!(tag = scope.tag(), "javascript run starts");
+    let ran = exec::run(
+        scope,
+        Program {
+            path: "node",
+            args: &["-"],
+            stdin: Some(js.code.as_bytes().to_vec()),
+        },
+        deadline,
+        limits.output_bytes,
+        env,
+    )
+    .await?;
+    Ok(pb::JavaScriptResult {
+        stdout: ran.stdout,
+        stderr: ran.stderr,
+        exit_code: ran.exit_code,
+        timed_out: ran.timed_out,
+        stdout_truncated: ran.stdout_truncated,
+        stderr_truncated: ran.stderr_truncated,
+        advice: Vec::new(),
+    })
+}
+
+/// A project in `scope`'s working directory. Every process of the scope but the spared ones
+/// is killed before the artifacts are read; the caller ends or sweeps the scope.
+async fn project_in(
+    scope: &RunScope,
+    p: &pb::ProjectRun,
+    deadline: Instant,
+    limits: &Limits,
+    env: &RunEnv,
+) -> Result<pb::ProjectResult, RunnerError> {
+    tracing::debug!(
+        tag = scope.tag(),
+        steps = p.steps.len(),
+        "project run starts"
+    );
+    let mut result = pb::ProjectResult {
+        outcome: pb::ProjectOutcome::Completed as i32,
+        ..Default::default()
+    };
+    if let Err(detail) = scope.write_files(&p.files) {
+        result.outcome = pb::ProjectOutcome::SetupFailed as i32;
+        result.outcome_detail = detail;
+        return Ok(result);
+    }
+    for (i, step) in p.steps.iter().enumerate() {
+        if Instant::now() >= deadline {
+            result.outcome = pb::ProjectOutcome::TimedOut as i32;
+            result.outcome_detail = TIMED_OUT_DETAIL.to_owned();
+            break;
+        }
+        let ran = exec::run(
+            scope,
+            Program {
+                path: "sh",
+                args: &["-c", step],
+                stdin: None,
+            },
+            deadline,
+            limits.output_bytes,
+            env,
+        )
+        .await;
+        let ran = match ran {
+            Ok(r) => r,
+            Err(e) if i == 0 && matches!(e, RunnerError::Spawn { .. }) => return Err(e),
+            Err(e) => {
+                result.outcome = pb::ProjectOutcome::SetupFailed as i32;
+                result.outcome_detail = format!("step {}: {e}", i + 1);
+                break;
+            }
+        };
+        let stop = ran.timed_out || ran.exit_code != 0;
+        if ran.timed_out {
+            result.outcome = pb::ProjectOutcome::TimedOut as i32;
+            result.outcome_detail = TIMED_OUT_DETAIL.to_owned();
+        }
+        result.steps.push(pb::StepResult {
+            command: step.clone(),
+            stdout: ran.stdout,
+            stderr: ran.stderr,
+            exit_code: ran.exit_code,
+            timed_out: ran.timed_out,
+            duration_ms: i64::try_from(ran.duration.as_millis()).unwrap_or(i64::MAX),
+            stdout_truncated: ran.stdout_truncated,
+            stderr_truncated: ran.stderr_truncated,
+        });
+        if stop {
+            break;
+        }
+    }
+    // No program of the run may touch the tree while the artifacts are read.
+    scope.kill_all().await;
+    match scope.collect(&p.artifacts, limits.artifact_bytes) {
+        Ok(c) => {
+            result.artifacts = c.artifacts;
+            result.artifacts_truncated = c.truncated;
+        }
+        Err(detail) => {
+            result.outcome = pb::ProjectOutcome::SetupFailed as i32;
+            result.outcome_detail = detail;
+        }
+    }
+    Ok(result)
 }

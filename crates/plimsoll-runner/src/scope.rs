@@ -13,7 +13,8 @@ use plimsoll_core::pb;
 use plimsoll_core::validate::check_relative_path;
 use rand::RngCore;
 
-use crate::{tree, RunAs};
+use crate::tree::{self, Spared, Target};
+use crate::RunAs;
 
 /// Name of the directory, inside the working directory, that programs get as `TMPDIR`.
 pub const TMP_DIR_NAME: &str = ".tmp";
@@ -25,6 +26,8 @@ pub(crate) struct RunScope {
     tmp: PathBuf,
     tag: String,
     groups: Mutex<Vec<i32>>,
+    /// Processes sweeps leave alive: a session's kept interpreters.
+    spared: Mutex<Vec<Spared>>,
     run_as: Option<RunAs>,
     ended: bool,
 }
@@ -36,7 +39,7 @@ pub(crate) struct Collected {
     pub truncated: bool,
 }
 
-fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     let mut b = vec![0u8; bytes];
     rand::thread_rng().fill_bytes(&mut b);
     hex::encode(b)
@@ -46,7 +49,16 @@ impl RunScope {
     /// Creates a fresh working directory (mode 0700, random name) under `root`, owned by
     /// `run_as` when the run's programs run as another user.
     pub fn create(root: &Path, run_as: Option<RunAs>) -> std::io::Result<RunScope> {
-        let dir = root.join(format!("run-{}", random_hex(16)));
+        RunScope::create_named(root, "run", run_as)
+    }
+
+    /// [`RunScope::create`] with the directory named `<prefix>-<32 hex>`.
+    pub fn create_named(
+        root: &Path,
+        prefix: &str,
+        run_as: Option<RunAs>,
+    ) -> std::io::Result<RunScope> {
+        let dir = root.join(format!("{prefix}-{}", random_hex(16)));
         fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let tmp = dir.join(TMP_DIR_NAME);
         let scope = RunScope {
@@ -54,6 +66,7 @@ impl RunScope {
             tmp,
             tag: random_hex(16),
             groups: Mutex::new(Vec::new()),
+            spared: Mutex::new(Vec::new()),
             run_as,
             ended: false,
         };
@@ -91,10 +104,10 @@ impl RunScope {
 
     /// Remembers a process group this run started, for the end-of-run kill.
     pub fn add_group(&self, pgid: i32) {
-        self.groups
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(pgid);
+        let mut groups = lock(&self.groups);
+        if !groups.contains(&pgid) {
+            groups.push(pgid);
+        }
     }
 
     /// The run's own user id, when its programs run as another user than the runner.
@@ -103,15 +116,34 @@ impl RunScope {
     }
 
     fn groups(&self) -> Vec<i32> {
-        self.groups
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.groups).clone()
     }
 
-    /// Kills every process of the run (bounded repeat until none is found).
-    pub async fn kill_all(&self) {
-        tree::sweep(&self.tag, &self.dir, &self.groups(), self.uid()).await;
+    /// Leaves `p` alive in every later sweep but the last one ([`RunScope::end`], drop).
+    pub fn spare(&self, p: Spared) {
+        lock(&self.spared).push(p);
+    }
+
+    /// Stops sparing `pid`.
+    pub fn unspare(&self, pid: i32) {
+        lock(&self.spared).retain(|s| s.pid != pid);
+    }
+
+    /// Kills every process of the run but the spared ones (bounded repeat until none is
+    /// found). Returns whether none is left.
+    pub async fn kill_all(&self) -> bool {
+        let (groups, spared) = (self.groups(), lock(&self.spared).clone());
+        tree::sweep(self.target(&groups, &spared)).await
+    }
+
+    fn target<'a>(&'a self, groups: &'a [i32], spared: &'a [Spared]) -> Target<'a> {
+        Target {
+            tag: &self.tag,
+            workdir: &self.dir,
+            groups,
+            run_uid: self.uid(),
+            spared,
+        }
     }
 
     /// Writes every file, or names the first path that is refused or cannot be written.
@@ -273,19 +305,27 @@ impl RunScope {
         None
     }
 
-    /// Ends the run: kills every process of it, then removes the working directory.
+    /// Ends the run: kills every process of it, the spared ones too, then removes the
+    /// working directory.
     pub async fn end(mut self) {
+        lock(&self.spared).clear();
         self.kill_all().await;
         remove_tree(&self.dir);
         self.ended = true;
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Drop for RunScope {
     fn drop(&mut self) {
         if !self.ended {
-            // The run's future was dropped (cancelled) or panicked: clean up right here.
-            tree::sweep_blocking(&self.tag, &self.dir, &self.groups(), self.uid());
+            // The run's future was dropped (cancelled) or panicked: clean up right here,
+            // sparing nothing.
+            let groups = self.groups();
+            tree::sweep_blocking(self.target(&groups, &[]));
             remove_tree(&self.dir);
         }
     }

@@ -24,8 +24,24 @@ const ROUND_PAUSE: Duration = Duration::from_millis(5);
 struct Proc {
     pid: i32,
     pgrp: i32,
+    start: u64,
     tagged: bool,
     cwd_inside: bool,
+}
+
+/// A process a sweep must leave alive (a session's kept interpreter): its pid *and* its start
+/// time (field 22 of `/proc/<pid>/stat`, in clock ticks since boot), so that another process
+/// that got the same pid later is never spared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spared {
+    pub pid: i32,
+    pub start: u64,
+}
+
+/// The start time (field 22 of `/proc/<pid>/stat`) of a process, zombies included.
+pub(crate) fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat).map(|s| s.start)
 }
 
 /// Pids of every live (not zombie) process whose environment holds `PLIMSOLL_RUN_TAG=<tag>`.
@@ -82,7 +98,7 @@ fn scan(tag: &str, workdir: Option<&Path>, run_uid: Option<u32>) -> Vec<Proc> {
             Err(_) if owned => Vec::new(),
             Err(_) => continue,
         };
-        let Some((state, pgrp)) = std::fs::read_to_string(base.join("stat"))
+        let Some(Stat { state, pgrp, start }) = std::fs::read_to_string(base.join("stat"))
             .ok()
             .as_deref()
             .and_then(parse_stat)
@@ -100,6 +116,7 @@ fn scan(tag: &str, workdir: Option<&Path>, run_uid: Option<u32>) -> Vec<Proc> {
             found.push(Proc {
                 pid,
                 pgrp,
+                start,
                 tagged,
                 cwd_inside,
             });
@@ -121,15 +138,26 @@ fn cwd_is_inside(cwd: &Path, dir: &Path) -> bool {
     }
 }
 
-/// State and process group from `/proc/<pid>/stat` (the command name may hold spaces and
-/// parentheses, so fields are counted after the last `)`).
-fn parse_stat(stat: &str) -> Option<(char, i32)> {
+/// The fields of `/proc/<pid>/stat` a sweep needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stat {
+    state: char,
+    pgrp: i32,
+    /// Field 22: when the process started, in clock ticks since boot.
+    start: u64,
+}
+
+/// State, process group and start time from `/proc/<pid>/stat` (the command name may hold
+/// spaces and parentheses, so fields are counted after the last `)`: the state is field 3).
+fn parse_stat(stat: &str) -> Option<Stat> {
     let rest = &stat[stat.rfind(')')? + 1..];
     let mut fields = rest.split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
     let _ppid = fields.next()?;
     let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
+    // Fields 6 to 21 lie between the process group (5) and the start time (22).
+    let start = fields.nth(16)?.parse().ok()?;
+    Some(Stat { state, pgrp, start })
 }
 
 /// Sends SIGKILL to a process group. Only call it while the group is known to be this
@@ -140,14 +168,34 @@ pub(crate) fn kill_group(pgid: i32) {
     }
 }
 
-/// One sweep round: kills every process of the run still alive, and each of `groups`
-/// that still holds one of them. Returns how many processes were found.
-fn sweep_round(tag: &str, workdir: &Path, groups: &[i32], run_uid: Option<u32>) -> usize {
-    let found = scan(tag, Some(workdir), run_uid);
+/// What a sweep kills: the run's tag, working directory, process groups and user, and the
+/// processes it spares.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub tag: &'a str,
+    pub workdir: &'a Path,
+    pub groups: &'a [i32],
+    pub run_uid: Option<u32>,
+    pub spared: &'a [Spared],
+}
+
+/// One sweep round: kills every process of the run still alive (but the spared ones), and
+/// each of the run's groups that still holds one of them, unless a spared process leads it
+/// (a kept interpreter's children are killed one by one). Returns how many processes were
+/// found, the spared ones not counted.
+fn sweep_round(t: &Target<'_>) -> usize {
+    let (spared, found): (Vec<Proc>, Vec<Proc>) = scan(t.tag, Some(t.workdir), t.run_uid)
+        .into_iter()
+        .partition(|p| {
+            t.spared
+                .iter()
+                .any(|s| s.pid == p.pid && s.start == p.start)
+        });
+    let spared_groups: BTreeSet<i32> = spared.iter().map(|p| p.pgrp).collect();
     let live_groups: BTreeSet<i32> = found
         .iter()
         .map(|p| p.pgrp)
-        .filter(|g| groups.contains(g))
+        .filter(|g| t.groups.contains(g) && !spared_groups.contains(g))
         .collect();
     for g in live_groups {
         kill_group(g);
@@ -164,33 +212,34 @@ fn sweep_round(tag: &str, workdir: &Path, groups: &[i32], run_uid: Option<u32>) 
     found.len()
 }
 
-/// Kills every process of the run, repeating until a scan finds none (bounded).
-/// Returns whether the run's processes are all gone.
-pub(crate) async fn sweep(tag: &str, workdir: &Path, groups: &[i32], run_uid: Option<u32>) -> bool {
+/// Kills every process of the run (but the spared ones), repeating until a scan finds none
+/// (bounded). Returns whether the run's processes are all gone.
+pub(crate) async fn sweep(t: Target<'_>) -> bool {
     for _ in 0..MAX_ROUNDS {
-        if sweep_round(tag, workdir, groups, run_uid) == 0 {
+        if sweep_round(&t) == 0 {
             return true;
         }
         tokio::time::sleep(ROUND_PAUSE).await;
     }
-    tracing::warn!(tag, "processes of the run survived every sweep round");
+    tracing::warn!(
+        tag = t.tag,
+        "processes of the run survived every sweep round"
+    );
     false
 }
 
 /// [`sweep`] for a `Drop`: blocks the calling thread between rounds.
-pub(crate) fn sweep_blocking(
-    tag: &str,
-    workdir: &Path,
-    groups: &[i32],
-    run_uid: Option<u32>,
-) -> bool {
+pub(crate) fn sweep_blocking(t: Target<'_>) -> bool {
     for _ in 0..MAX_ROUNDS {
-        if sweep_round(tag, workdir, groups, run_uid) == 0 {
+        if sweep_round(&t) == 0 {
             return true;
         }
         std::thread::sleep(ROUND_PAUSE);
     }
-    tracing::warn!(tag, "processes of the run survived every sweep round");
+    tracing::warn!(
+        tag = t.tag,
+        "processes of the run survived every sweep round"
+    );
     false
 }
 
@@ -200,13 +249,30 @@ mod tests {
 
     #[test]
     fn stat_with_odd_names() {
+        let tail = "0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 100 200";
         assert_eq!(
-            parse_stat("42 (a) b (c)) S 1 4242 4242 0 -1"),
-            Some(('S', 4242))
+            parse_stat(&format!("42 (a) b (c)) S 1 4242 4242 {tail}")),
+            Some(Stat {
+                state: 'S',
+                pgrp: 4242,
+                start: 987654
+            })
         );
-        assert_eq!(parse_stat("42 (sleep) Z 1 7 7"), Some(('Z', 7)));
+        assert_eq!(
+            parse_stat(&format!("42 (sleep) Z 1 7 7 {tail}")).map(|s| (s.state, s.pgrp)),
+            Some(('Z', 7))
+        );
+        assert_eq!(parse_stat("42 (sleep) Z 1 7 7"), None);
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x)"), None);
+    }
+
+    #[test]
+    fn start_time_of_this_process_is_stable() {
+        let me = std::process::id() as i32;
+        let a = start_time(me).expect("own stat");
+        assert!(a > 0);
+        assert_eq!(start_time(me), Some(a));
     }
 
     #[test]
@@ -225,5 +291,83 @@ mod tests {
     fn own_process_is_never_listed() {
         // The test process does not carry a tag; a random tag matches nothing.
         assert!(processes_with_tag("no-such-tag-0123456789abcdef").is_empty());
+    }
+
+    /// A `sleep` carrying `tag`, returned once /proc shows it with the tag (so a sweep
+    /// cannot run before the process is visible to it).
+    fn tagged_sleep(tag: &str, group: bool) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("100").env(RUN_TAG_VAR, tag);
+        if group {
+            cmd.process_group(0);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let pid = child.id() as i32;
+        for _ in 0..2000 {
+            if processes_with_tag(tag).contains(&pid) {
+                return child;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the tagged process never showed in /proc");
+    }
+
+    fn target<'a>(
+        tag: &'a str,
+        dir: &'a Path,
+        groups: &'a [i32],
+        spared: &'a [Spared],
+    ) -> Target<'a> {
+        Target {
+            tag,
+            workdir: dir,
+            groups,
+            run_uid: None,
+            spared,
+        }
+    }
+
+    #[test]
+    fn a_spared_pid_with_another_start_time_is_killed() {
+        use std::os::unix::process::ExitStatusExt;
+        let dir = tempfile::tempdir().unwrap();
+        let tag = crate::scope::random_hex(16);
+        let mut child = tagged_sleep(&tag, true);
+        let pid = child.id() as i32;
+        let start = start_time(pid).unwrap();
+        // Spared by pid and start time (its group is the run's too): it lives on.
+        let right = [Spared { pid, start }];
+        assert!(sweep_blocking(target(&tag, dir.path(), &[pid], &right)));
+        assert!(child.try_wait().unwrap().is_none());
+        assert_eq!(processes_with_tag(&tag), [pid]);
+        // The same pid with another start time is another process: killed.
+        let wrong = [Spared {
+            pid,
+            start: start + 1,
+        }];
+        assert!(sweep_blocking(target(&tag, dir.path(), &[], &wrong)));
+        assert_eq!(child.wait().unwrap().signal(), Some(9));
+    }
+
+    #[test]
+    fn only_the_spared_process_of_a_group_survives() {
+        use std::os::unix::process::ExitStatusExt;
+        let dir = tempfile::tempdir().unwrap();
+        let tag = crate::scope::random_hex(16);
+        let mut leader = tagged_sleep(&tag, true);
+        let pid = leader.id() as i32;
+        let mut other = tagged_sleep(&tag, false);
+        let spared = [Spared {
+            pid,
+            start: start_time(pid).unwrap(),
+        }];
+        assert!(sweep_blocking(target(&tag, dir.path(), &[pid], &spared)));
+        assert_eq!(other.wait().unwrap().signal(), Some(9));
+        assert!(leader.try_wait().unwrap().is_none());
+        assert!(sweep_blocking(target(&tag, dir.path(), &[pid], &[])));
+        assert_eq!(leader.wait().unwrap().signal(), Some(9));
     }
 }
