@@ -8,6 +8,10 @@
 //! relay; plimsolld therefore refuses grants here with more than one caller unless the
 //! operator states they trust every caller (`ProviderSetup::RUNS_SHARE_ONE_USER`).
 
+mod session;
+
+pub use session::ProcessSession;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +19,7 @@ use std::time::Duration;
 use plimsoll_core::{Refusal, Tier};
 use plimsoll_provider::{
     Answer, ConfigError, EnvSource, Facts, Provider, ProviderError, ProviderSetup,
-    ProviderStartError, Shared, Variable, Work,
+    ProviderStartError, SessionProvider, Shared, Variable, Work,
 };
 use plimsoll_runner::{RunEnv, Runner, RunnerConfig};
 
@@ -93,16 +97,6 @@ impl ProcessProvider {
         timeout: Duration,
         env: &RunEnv,
     ) -> Result<Answer, ProviderError> {
-        let spawn_failed = |e: plimsoll_runner::RunnerError| match e {
-            // Setup and spawn failures happen before any program of the run started.
-            plimsoll_runner::RunnerError::Setup(_) | plimsoll_runner::RunnerError::Spawn { .. } => {
-                ProviderError::Refused(Refusal::environment(format!(
-                    "the process provider could not start the run: {e}"
-                )))
-            }
-            // Anything else came after a program started: it may have run.
-            other => ProviderError::Failed(other.to_string()),
-        };
         // Whether node passed the startup check is the service's to ask (`Facts::languages`).
         match work {
             Work::Javascript(js) => self
@@ -116,7 +110,21 @@ impl ProcessProvider {
                 .await
                 .map(Answer::Project),
         }
-        .map_err(spawn_failed)
+        .map_err(runner_error)
+    }
+}
+
+/// A runner failure as the provider reports it.
+pub(crate) fn runner_error(e: plimsoll_runner::RunnerError) -> ProviderError {
+    match e {
+        // Setup and spawn failures happen before any program of the run started.
+        plimsoll_runner::RunnerError::Setup(_) | plimsoll_runner::RunnerError::Spawn { .. } => {
+            ProviderError::Refused(Refusal::environment(format!(
+                "the process provider could not start the run: {e}"
+            )))
+        }
+        // Anything else came after a program started: it may have run.
+        other => ProviderError::Failed(other.to_string()),
     }
 }
 
@@ -145,6 +153,11 @@ impl Provider for ProcessProvider {
         tracing::info!(languages = ?langs, "process provider smoke test passed");
         let _ = self.languages.set(langs);
         Ok(())
+    }
+
+    /// Sessions: see the `session` module.
+    fn sessions(&self) -> Option<&dyn SessionProvider> {
+        Some(self)
     }
 
     async fn ready(&self) -> bool {

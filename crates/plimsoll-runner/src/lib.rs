@@ -52,6 +52,11 @@
 //!   step's background children exhausted the process limit), the earlier results are kept
 //!   and the outcome is `setup_failed` naming the step.
 //!
+//! - **Sessions.** [`Runner::open_session`] gives a [`RunnerSession`]: one persistent
+//!   `root_dir/session-<32 hex>` directory for snippets, projects and cells (kept `node` and
+//!   `python3 -I` interpreters), swept after every call but for the interpreters. See the
+//!   `session` and `cell` modules' documentation for the choices made there.
+//!
 //! # Known gaps (process tier)
 //!
 //! A program that leaves its process group, removes the tag from its environment *and*
@@ -59,6 +64,11 @@
 //! So does a set-user-ID program started in the background that left the process group:
 //! /proc hides its environment. The process tier is no wall; the container tiers bound such
 //! a program with their PID namespace and cgroup.
+//!
+//! In a session the same holds, and more: code in a kept interpreter can read the driver's
+//! memory, so it can answer its own cell with the right nonce (the nonce stops leftovers and
+//! blind forgeries); and a call that moves the session's directory away leaves the moved
+//! copy behind when the session closes (the next call's read-back ends the session).
 
 mod cell;
 mod env;
@@ -78,7 +88,7 @@ pub use exec::{OUTPUT_GRACE, TIMEOUT_EXIT_CODE};
 pub use scope::TMP_DIR_NAME;
 pub use tree::{processes_with_tag, RUN_TAG_VAR};
 
-pub use session::RunnerSession;
+pub use session::{RunnerSession, DISK_WALK_LIMIT};
 
 use exec::Program;
 use scope::RunScope;

@@ -123,13 +123,13 @@ impl RunnerSession {
     /// Runs a snippet in the session's directory, as [`Runner::javascript`] does; sweeps.
     pub async fn javascript(
         &self,
-        js: &pb::JavaScriptRun,
+        snippet: &pb::JavaScriptRun,
         timeout: Duration,
         env: &RunEnv,
     ) -> Result<pb::JavaScriptResult, RunnerError> {
         let _turn = self.begin().await;
         let deadline = deadline_after(timeout, self.default_timeout);
-        let out = javascript_in(&self.scope, js, deadline, &self.limits, env).await;
+        let out = javascript_in(&self.scope, snippet, deadline, &self.limits, env).await;
         self.sweep().await;
         out
     }
@@ -137,13 +137,13 @@ impl RunnerSession {
     /// Runs a project in the session's directory, as [`Runner::project`] does; sweeps.
     pub async fn project(
         &self,
-        p: &pb::ProjectRun,
+        project: &pb::ProjectRun,
         timeout: Duration,
         env: &RunEnv,
     ) -> Result<pb::ProjectResult, RunnerError> {
         let _turn = self.begin().await;
         let deadline = deadline_after(timeout, self.default_timeout);
-        let out = project_in(&self.scope, p, deadline, &self.limits, env).await;
+        let out = project_in(&self.scope, project, deadline, &self.limits, env).await;
         self.sweep().await;
         out
     }

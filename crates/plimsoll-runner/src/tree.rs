@@ -295,13 +295,11 @@ mod tests {
 
     /// A `sleep` carrying `tag`, returned once /proc shows it with the tag (so a sweep
     /// cannot run before the process is visible to it).
-    fn tagged_sleep(tag: &str, group: bool) -> std::process::Child {
+    /// `group`: 0 leads a new process group, another number joins that group.
+    fn tagged_sleep(tag: &str, group: i32) -> std::process::Child {
         use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new("sleep");
-        cmd.arg("100").env(RUN_TAG_VAR, tag);
-        if group {
-            cmd.process_group(0);
-        }
+        cmd.arg("100").env(RUN_TAG_VAR, tag).process_group(group);
         let mut child = cmd.spawn().unwrap();
         let pid = child.id() as i32;
         for _ in 0..2000 {
@@ -313,6 +311,20 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         panic!("the tagged process never showed in /proc");
+    }
+
+    /// The signal that ended `child`, waiting at most two seconds for it to end.
+    fn killed_by(child: &mut std::process::Child) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        for _ in 0..400 {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.signal();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 
     fn target<'a>(
@@ -332,10 +344,9 @@ mod tests {
 
     #[test]
     fn a_spared_pid_with_another_start_time_is_killed() {
-        use std::os::unix::process::ExitStatusExt;
         let dir = tempfile::tempdir().unwrap();
         let tag = crate::scope::random_hex(16);
-        let mut child = tagged_sleep(&tag, true);
+        let mut child = tagged_sleep(&tag, 0);
         let pid = child.id() as i32;
         let start = start_time(pid).unwrap();
         // Spared by pid and start time (its group is the run's too): it lives on.
@@ -349,25 +360,25 @@ mod tests {
             start: start + 1,
         }];
         assert!(sweep_blocking(target(&tag, dir.path(), &[], &wrong)));
-        assert_eq!(child.wait().unwrap().signal(), Some(9));
+        assert_eq!(killed_by(&mut child), Some(9));
     }
 
     #[test]
     fn only_the_spared_process_of_a_group_survives() {
-        use std::os::unix::process::ExitStatusExt;
         let dir = tempfile::tempdir().unwrap();
         let tag = crate::scope::random_hex(16);
-        let mut leader = tagged_sleep(&tag, true);
+        let mut leader = tagged_sleep(&tag, 0);
         let pid = leader.id() as i32;
-        let mut other = tagged_sleep(&tag, false);
+        // In the spared process's group, as a kept interpreter's children are.
+        let mut other = tagged_sleep(&tag, pid);
         let spared = [Spared {
             pid,
             start: start_time(pid).unwrap(),
         }];
         assert!(sweep_blocking(target(&tag, dir.path(), &[pid], &spared)));
-        assert_eq!(other.wait().unwrap().signal(), Some(9));
+        assert_eq!(killed_by(&mut other), Some(9));
         assert!(leader.try_wait().unwrap().is_none());
         assert!(sweep_blocking(target(&tag, dir.path(), &[pid], &[])));
-        assert_eq!(leader.wait().unwrap().signal(), Some(9));
+        assert_eq!(killed_by(&mut leader), Some(9));
     }
 }

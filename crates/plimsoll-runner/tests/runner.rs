@@ -3,6 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod common;
+
+use common::is_dead;
 use plimsoll_core::pb;
 use plimsoll_runner::{
     processes_with_tag, EnvRefused, Limits, RunEnv, Runner, RunnerConfig, TIMED_OUT_DETAIL,
@@ -55,17 +58,6 @@ fn text(b: &[u8]) -> String {
 
 fn runs_dir_is_empty(r: &Runner) -> bool {
     std::fs::read_dir(&r.config().root_dir).unwrap().count() == 0
-}
-
-/// Whether a pid is gone (or only a zombie waiting to be reaped).
-fn is_dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            let rest = &stat[stat.rfind(')').unwrap() + 1..];
-            matches!(rest.split_whitespace().next(), Some("Z") | Some("X"))
-        }
-    }
 }
 
 /// Waits (bounded) until `path` holds a line, and returns it.

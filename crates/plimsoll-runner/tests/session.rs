@@ -3,6 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::is_dead;
 use plimsoll_core::pb;
 use plimsoll_runner::{Limits, RunEnv, Runner, RunnerConfig, RunnerError, RunnerSession};
 
@@ -45,6 +48,12 @@ fn text(b: &[u8]) -> String {
 
 const T: Duration = Duration::from_secs(20);
 
+/// A call that returned within 3 seconds of `started`, far below its 20-second deadline.
+fn returned_soon(started: Instant) {
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "the call took {took:?}");
+}
+
 /// Whether `program --version` runs; prints `SKIPPED` when not.
 fn have(program: &str, test: &str) -> bool {
     let ok = std::process::Command::new(program)
@@ -55,17 +64,6 @@ fn have(program: &str, test: &str) -> bool {
         println!("SKIPPED {test}: {program} is missing");
     }
     ok
-}
-
-/// Whether a pid is gone (or only a zombie waiting to be reaped).
-fn is_dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => {
-            let rest = &stat[stat.rfind(')').unwrap() + 1..];
-            matches!(rest.split_whitespace().next(), Some("Z") | Some("X"))
-        }
-    }
 }
 
 /// One project step's stdout, trimmed.
@@ -151,45 +149,60 @@ async fn no_leftover_process_of_any_kind_reaches_the_next_call() {
         ("closed output", "sleep 1000 >&- 2>&- <&- & echo $! > pid"),
         ("left the directory", "cd / && sleep 1000 & echo $! > pid"),
     ] {
-        let _ = std::fs::remove_file(s.dir().join("pid"));
-        let started = Instant::now();
-        let r = s
-            .project(&steps(&[step]), T, &RunEnv::default())
-            .await
-            .unwrap();
-        assert_eq!(r.steps[0].exit_code, 0, "{name}: {r:?}");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{name} held the call"
-        );
-        assert!(s.last_sweep_clean(), "{name}");
-        // The pid file is written by the step before it ends, or by a subshell that may
-        // still be writing it: give it a moment, but only to appear.
-        for _ in 0..200 {
-            if std::fs::read_to_string(s.dir().join("pid")).is_ok_and(|p| p.ends_with('\n')) {
-                break;
+        for via in ["project", "javascript"] {
+            let name = format!("{name} via {via}");
+            let _ = std::fs::remove_file(s.dir().join("pid"));
+            let started = Instant::now();
+            if via == "project" {
+                let r = s
+                    .project(&steps(&[step]), T, &RunEnv::default())
+                    .await
+                    .unwrap();
+                assert_eq!(r.steps[0].exit_code, 0, "{name}: {r:?}");
+            } else {
+                // A snippet has no artifacts to read: only the session's sweep kills here.
+                let code = format!(
+                    "require('child_process').execFileSync('sh', ['-c', {step:?}], {{ stdio: 'ignore' }})"
+                );
+                let r = s
+                    .javascript(&js(&code), T, &RunEnv::default())
+                    .await
+                    .unwrap();
+                assert_eq!(r.exit_code, 0, "{name}: {}", text(&r.stderr));
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{name} held the call"
+            );
+            assert!(s.last_sweep_clean(), "{name}");
+            // The pid file is written by the step before it ends, or by a subshell that may
+            // still be writing it: give it a moment, but only to appear.
+            for _ in 0..200 {
+                if std::fs::read_to_string(s.dir().join("pid")).is_ok_and(|p| p.ends_with('\n')) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let pid: i32 = std::fs::read_to_string(s.dir().join("pid"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            let next = s
+                .project(
+                    &steps(&[&format!("sh -c '{ALIVE}' pid")]),
+                    T,
+                    &RunEnv::default(),
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                text(&next.steps[0].stdout).trim(),
+                "dead",
+                "{name}: pid {pid}"
+            );
+            assert!(is_dead(pid), "{name}: pid {pid}");
         }
-        let pid: i32 = std::fs::read_to_string(s.dir().join("pid"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let next = s
-            .project(
-                &steps(&[&format!("sh -c '{ALIVE}' pid")]),
-                T,
-                &RunEnv::default(),
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            text(&next.steps[0].stdout).trim(),
-            "dead",
-            "{name}: pid {pid}"
-        );
-        assert!(is_dead(pid), "{name}: pid {pid}");
     }
     s.close().await;
 }
@@ -234,11 +247,7 @@ async fn output_a_leftover_holds_open_still_returns() {
         .project(&steps(&["(sleep 30 &); echo done"]), T, &RunEnv::default())
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    returned_soon(started);
     assert_eq!(text(&p.steps[0].stdout).trim(), "done");
     let started = Instant::now();
     let j = s
@@ -249,11 +258,7 @@ async fn output_a_leftover_holds_open_still_returns() {
         )
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
+    returned_soon(started);
     assert_eq!(text(&j.stdout).trim(), "done");
     s.close().await;
 }
@@ -602,5 +607,58 @@ async fn a_cells_files_are_written_first_and_a_bad_path_refuses_it() {
         Err(RunnerError::CellLanguage(l)) => assert_eq!(l, "ruby"),
         other => panic!("{other:?}"),
     }
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_cells_output_is_capped_and_the_interpreter_goes_on() {
+    if !have(
+        "python3",
+        "a_cells_output_is_capped_and_the_interpreter_goes_on",
+    ) {
+        return;
+    }
+    let (_root, r) = runner();
+    let s = r.open_session().unwrap();
+    let cap = Limits::default().output_bytes;
+    let big = run_cell(
+        &s,
+        "python",
+        "import sys\nsys.stdout.write('x' * 3_000_000)\nsys.stderr.write('e' * 10)",
+    )
+    .await;
+    assert_eq!(big.exit_code, 0);
+    assert_eq!(big.stdout.len(), cap);
+    assert!(big.stdout_truncated && !big.stderr_truncated);
+    assert_eq!(big.stderr, b"eeeeeeeeee");
+    let next = run_cell(&s, "python", "'next'").await;
+    assert!(!next.interpreter_started);
+    assert_eq!(text(&next.stdout), "'next'\n");
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_cancelled_cell_leaves_no_trace_in_the_next_one() {
+    if !have(
+        "python3",
+        "a_cancelled_cell_leaves_no_trace_in_the_next_one",
+    ) {
+        return;
+    }
+    let (_root, r) = runner();
+    let s = r.open_session().unwrap();
+    let sleeping = cell("python", "import time\ntime.sleep(30)");
+    let slow = s.cell(&sleeping, T);
+    assert!(tokio::time::timeout(Duration::from_millis(500), slow)
+        .await
+        .is_err());
+    let old = s.interpreter_pids().await;
+    assert_eq!(old.len(), 1);
+    let started = Instant::now();
+    let next = run_cell(&s, "python", "'fresh'").await;
+    returned_soon(started);
+    assert!(next.interpreter_started, "the busy interpreter was reused");
+    assert_eq!(text(&next.stdout), "'fresh'\n");
+    assert!(is_dead(old[0]));
     s.close().await;
 }
