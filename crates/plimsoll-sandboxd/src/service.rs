@@ -346,6 +346,7 @@ impl Sandboxd for SandboxdService {
         Ok(Response::new(HealthResponse {
             languages: self.languages.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            session: self.session.is_some(),
         }))
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plimsoll_core::sandboxd_pb::{
-    execute_request::Payload, execute_response, ExecuteRequest, ExecuteResponse,
+    execute_request::Payload, execute_response, ExecuteRequest, ExecuteResponse, HealthRequest,
 };
 use plimsoll_core::{not_dispatched_reason, pb, Reason};
 use plimsoll_runner::{Limits, Runner, RunnerConfig};
@@ -96,6 +96,13 @@ fn cell_out(r: &ExecuteResponse) -> String {
 async fn a_session_keeps_files_and_cells_and_sweeps_each_call() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = serve(dir.path(), true).await;
+    assert!(
+        c.health(HealthRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .session
+    );
 
     let w = call(
         &mut c,
@@ -137,6 +144,13 @@ async fn a_session_keeps_files_and_cells_and_sweeps_each_call() {
 async fn a_one_shot_sandboxd_refuses_cells_and_states_no_session() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = serve(dir.path(), false).await;
+    assert!(
+        !c.health(HealthRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .session
+    );
     let e = c.execute(req(python("print(1)"))).await.unwrap_err();
     assert_eq!(
         not_dispatched_reason(&e),

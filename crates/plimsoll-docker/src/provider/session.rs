@@ -96,6 +96,13 @@ impl Inner {
                 return Err(Error::SessionSandbox(wrong.join(", ")));
             }
             let client = self.connect(&warm).await.map_err(Error::Sandboxd)?;
+            let health = client.health().await.map_err(Error::Sandboxd)?;
+            if !health.session {
+                return Err(Error::SessionSandbox(
+                    "its sandboxd is not in session mode (the image's sandboxd predates --session?)"
+                        .into(),
+                ));
+            }
             Ok((opened, client))
         }
         .await;
