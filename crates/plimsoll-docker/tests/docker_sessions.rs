@@ -31,9 +31,14 @@ macro_rules! need_engine {
 const T: Duration = Duration::from_secs(20);
 
 async fn started(state: &Path) -> DockerProvider {
+    started_with_pool(state, 0).await
+}
+
+async fn started_with_pool(state: &Path, pool: usize) -> DockerProvider {
     let mut c = DockerConfig::new(IMAGE, state.join("docker"));
     c.default_timeout = Duration::from_secs(30);
     c.runtime = support::runtime();
+    c.pool = pool;
     let p = DockerProvider::new(c).unwrap();
     p.start().await.unwrap();
     p
@@ -234,5 +239,117 @@ async fn a_changed_container_ends_the_next_call_sandbox_changed_with_nothing_run
         .await
         .unwrap()
         .is_empty());
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_killed_or_restarted_container_ends_the_next_call_with_nothing_run() {
+    let d = need_engine!();
+    let dir = tempfile::tempdir().unwrap();
+    let p = started(dir.path()).await;
+    for (action, causes) in [
+        ("kill", &[SessionEndCause::MainProcessEnded][..]),
+        // A restarted container runs a new main process (if its sandboxd could come up at
+        // all: its token is gone): either way it is not the sandbox that was opened.
+        (
+            "restart",
+            &[
+                SessionEndCause::SandboxChanged,
+                SessionEndCause::MainProcessEnded,
+            ][..],
+        ),
+    ] {
+        let s = open(&p).await;
+        let id = session_container(&d, &p).await;
+        ok(s.call(project(&["echo 1 > n"]), T).await);
+        let out = std::process::Command::new("docker")
+            .args([action, &id])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{action}: {out:?}");
+        let o = s.call(project(&["echo 2 > n"]), T).await;
+        let end = o.ended.expect("the session must end");
+        eprintln!("after docker {action}: {:?}: {}", end.cause, end.detail);
+        assert!(causes.contains(&end.cause), "{action}: {end:?}");
+        assert!(
+            matches!(o.answer, Err(ProviderError::Refused(_))),
+            "{action}: {:?}",
+            o.answer
+        );
+        s.close().await;
+        assert!(containers_labelled(&d, LABEL_INSTANCE, p.instance_id())
+            .await
+            .unwrap()
+            .is_empty());
+    }
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn files_past_the_disk_limit_end_the_session_disk_exceeded() {
+    let _d = need_engine!();
+    let dir = tempfile::tempdir().unwrap();
+    let p = started(dir.path()).await;
+    let s = p
+        .sessions()
+        .unwrap()
+        .open(SessionSpec {
+            languages: vec![],
+            disk_mb: 1,
+        })
+        .await
+        .unwrap();
+    ok(s.call(project(&["head -c 100000 /dev/zero > small"]), T)
+        .await);
+    let o = s
+        .call(project(&["head -c 3000000 /dev/zero > big; echo wrote"]), T)
+        .await;
+    // The call ran and is answered; the session ends after it.
+    assert_eq!(step_out(o.answer.unwrap(), 0), "wrote");
+    let end = o.ended.expect("the session must end");
+    assert_eq!(end.cause, SessionEndCause::DiskExceeded, "{end:?}");
+    s.close().await;
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_removes_an_open_sessions_container() {
+    let d = need_engine!();
+    let dir = tempfile::tempdir().unwrap();
+    let p = started(dir.path()).await;
+    let s = open(&p).await;
+    session_container(&d, &p).await;
+    p.shutdown().await;
+    assert!(containers_labelled(&d, LABEL_INSTANCE, p.instance_id())
+        .await
+        .unwrap()
+        .is_empty());
+    // Closing afterwards finds nothing left to remove.
+    s.close().await;
+}
+
+#[tokio::test]
+async fn a_session_never_takes_a_warm_container() {
+    let d = need_engine!();
+    let dir = tempfile::tempdir().unwrap();
+    let p = started_with_pool(dir.path(), 1).await;
+    assert_eq!(p.wait_pool(1, Duration::from_secs(30)).await, 1);
+    let warm = containers_labelled(&d, LABEL_INSTANCE, p.instance_id())
+        .await
+        .unwrap();
+    assert_eq!(warm.len(), 1);
+    let s = open(&p).await;
+    // The warm container is still in the pool, untouched; the session got a fresh one.
+    assert_eq!(p.pool_ready(), 1);
+    let sessions = containers_labelled(&d, LABEL_SESSION, "1").await.unwrap();
+    let mine: Vec<_> = containers_labelled(&d, LABEL_INSTANCE, p.instance_id())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|id| sessions.contains(id))
+        .collect();
+    assert_eq!(mine.len(), 1, "{mine:?}");
+    assert!(!warm.contains(&mine[0]));
+    s.close().await;
     p.shutdown().await;
 }
