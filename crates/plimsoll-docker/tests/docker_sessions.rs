@@ -10,23 +10,14 @@ use std::time::Duration;
 use bollard::Docker;
 use plimsoll_core::pb;
 use plimsoll_docker::engine::{containers_labelled, LABEL_INSTANCE, LABEL_SESSION};
-use plimsoll_docker::{DockerConfig, DockerProvider};
+use plimsoll_docker::DockerProvider;
 use plimsoll_provider::{
     Answer, Provider, ProviderError, ProviderSession, SessionAnswer, SessionCallOutcome,
     SessionEndCause, SessionSpec, SessionWork, Work,
 };
 
+#[macro_use]
 mod support;
-use support::{engine, IMAGE};
-
-macro_rules! need_engine {
-    () => {
-        match engine().await {
-            Some(d) => d,
-            None => return,
-        }
-    };
-}
 
 const T: Duration = Duration::from_secs(20);
 
@@ -35,9 +26,7 @@ async fn started(state: &Path) -> DockerProvider {
 }
 
 async fn started_with_pool(state: &Path, pool: usize) -> DockerProvider {
-    let mut c = DockerConfig::new(IMAGE, state.join("docker"));
-    c.default_timeout = Duration::from_secs(30);
-    c.runtime = support::runtime();
+    let mut c = support::config(state);
     c.pool = pool;
     let p = DockerProvider::new(c).unwrap();
     p.start().await.unwrap();
