@@ -21,6 +21,9 @@ Exit codes:
   1  could not serve (for example the address is in use)
   2  usage or configuration error (the message names the flag)
 
+--session keeps one working directory for every call (a session: one caller's sandbox,
+never shared); its directory goes when sandboxd stops (in a container: with the container).
+
 Every call must carry `authorization: Bearer <token>` with a token from --token-file (one
 token per line; two lines during a rotation; the file is re-read every 2 s). Calls without
 it are refused, marked not dispatched (permission), before the payload is read.
@@ -75,6 +78,13 @@ struct Flags {
     /// each run, so give sandboxd a user no one else uses.
     #[arg(long, value_name = "UID:GID", value_parser = parse_run_as)]
     run_as: Option<RunAs>,
+    /// Session mode: open one session at startup and run every payload in it (one at a
+    /// time), so files persist across calls; every process a call leaves is killed after
+    /// it, except the kept interpreters of cells. Each answer states the session's disk
+    /// bytes and whether that sweep proved the call left nothing. Without it every payload
+    /// gets a fresh directory and cells are refused.
+    #[arg(long)]
+    session: bool,
     /// Log format: `text` or `json` [default: text on a terminal, json otherwise].
     #[arg(long, value_name = "FORMAT", value_enum)]
     log_format: Option<plimsoll_log::LogFormat>,
@@ -295,6 +305,20 @@ async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
             tracing::info!("languages proven: [{}]", s.languages().join(", "));
             s
         }
+    };
+    let service = if flags.session {
+        match service.into_session() {
+            Ok(s) => {
+                tracing::info!("session mode: every payload runs in one session");
+                s
+            }
+            Err(e) => {
+                eprintln!("plimsoll-sandboxd: --session: cannot open the session: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    } else {
+        service
     };
     let route = service.into_server(auth);
     let grace = Duration::from_millis(flags.shutdown_grace_ms);

@@ -275,3 +275,34 @@ fn given_languages_are_reported_without_a_proof() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn session_mode_is_documented_and_reported_by_health() {
+    let help = bin().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--session"), "{help}");
+    assert!(help.contains("kept interpreters of cells"), "{help}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("sd.sock");
+    let _child = serve_on(dir.path(), &sock, &["--languages", "shell", "--session"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let c = loop {
+            match SandboxdClient::connect_unix(&sock, &Token::new(TOKEN).unwrap()).await {
+                Ok(c) => break c,
+                Err(e) if Instant::now() > deadline => panic!("{e}"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        assert!(c.health().await.unwrap().session);
+    });
+    // The session's directory was opened at startup.
+    let runs: Vec<_> = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(runs.iter().any(|n| n.starts_with("session-")), "{runs:?}");
+}

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountBindOptions,
-    MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
+    ContainerCreateBody, ContainerInspectResponse, HostConfig, HostConfigLogConfig, Mount,
+    MountBindOptions, MountBindOptionsPropagationEnum, MountType, ResourcesUlimits,
 };
 use bollard::query_parameters::{
     CreateContainerOptions, KillContainerOptions, ListContainersOptions, LogsOptions,
@@ -23,6 +23,10 @@ use crate::error::Error;
 pub const LABEL_INSTANCE: &str = "io.plimsoll.instance";
 /// Label naming the run (or pool slot) a container serves.
 pub const LABEL_RUN: &str = "io.plimsoll.run";
+/// Label of a session's container (value `1`): its sandboxd runs with `--session` and it
+/// serves one session only. It carries [`LABEL_INSTANCE`] too, so shutdown and the next
+/// start's reconciliation remove it like any other.
+pub const LABEL_SESSION: &str = "io.plimsoll.session";
 /// The user every container runs as: not root, not a system account.
 pub const GUEST_USER: &str = "61000:61000";
 /// Where the per-run host directory (sandboxd's socket) is mounted in the container.
@@ -64,6 +68,8 @@ pub struct Spec<'a> {
     /// it need not prove them again in every container; `None` (the smoke test itself)
     /// makes sandboxd prove them.
     pub languages: Option<&'a [String]>,
+    /// A session's container: sandboxd runs with `--session`, labelled [`LABEL_SESSION`].
+    pub session: bool,
 }
 
 /// The container name for a run id.
@@ -93,10 +99,13 @@ pub fn container_body(s: &Spec<'_>) -> ContainerCreateBody {
             tmpfs_opts(s.limits.work_mb, ",mode=1777"),
         ),
     ]);
-    let labels = HashMap::from([
+    let mut labels = HashMap::from([
         (LABEL_INSTANCE.to_owned(), s.instance.to_owned()),
         (LABEL_RUN.to_owned(), s.run_id.to_owned()),
     ]);
+    if s.session {
+        labels.insert(LABEL_SESSION.to_owned(), "1".to_owned());
+    }
     let socket = format!("{CHANNEL_DIR}/{SOCKET_NAME}");
     let token = format!("{CHANNEL_DIR}/{TOKEN_NAME}");
     let cmd = vec![
@@ -121,6 +130,9 @@ pub fn container_body(s: &Spec<'_>) -> ContainerCreateBody {
         } else {
             langs.join(",")
         });
+    }
+    if s.session {
+        cmd.push("--session".to_owned());
     }
     ContainerCreateBody {
         image: Some(s.image_id.to_owned()),
@@ -189,6 +201,117 @@ pub fn container_body(s: &Spec<'_>) -> ContainerCreateBody {
         }),
         ..Default::default()
     }
+}
+
+/// What a read-back compares of a running container: the lockdown the engine reports it
+/// has (image, user, runtime, every `HostConfig` field [`container_body`] sets that the
+/// engine can change afterwards, the mounts) and its start (a restarted container has
+/// another start time and main pid). Built from `docker inspect` ([`Lockdown::of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lockdown(Vec<(&'static str, String)>);
+
+impl Lockdown {
+    /// The lockdown the engine reports for an inspected container.
+    pub fn of(c: &ContainerInspectResponse) -> Lockdown {
+        let h = c.host_config.clone().unwrap_or_default();
+        let cfg = c.config.clone().unwrap_or_default();
+        let state = c.state.clone().unwrap_or_default();
+        let mut tmpfs: Vec<String> = h
+            .tmpfs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect();
+        tmpfs.sort();
+        let mut mounts: Vec<String> = c
+            .mounts
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|m| format!("{:?} {:?} rw={:?}", m.source, m.destination, m.rw))
+            .collect();
+        mounts.sort();
+        let d = |v: &dyn std::fmt::Debug| format!("{v:?}");
+        Lockdown(vec![
+            ("image", d(&c.image)),
+            ("user", d(&cfg.user)),
+            ("entrypoint", d(&cfg.entrypoint)),
+            ("cmd", d(&cfg.cmd)),
+            ("runtime", d(&h.runtime)),
+            ("network_mode", d(&h.network_mode)),
+            ("privileged", d(&h.privileged.unwrap_or(false))),
+            ("readonly_rootfs", d(&h.readonly_rootfs)),
+            ("cap_add", d(&h.cap_add.unwrap_or_default())),
+            ("cap_drop", d(&h.cap_drop)),
+            ("security_opt", d(&h.security_opt)),
+            ("memory", d(&h.memory)),
+            ("memory_swap", d(&h.memory_swap)),
+            ("nano_cpus", d(&h.nano_cpus)),
+            ("cpu_quota", d(&h.cpu_quota)),
+            ("cpu_shares", d(&h.cpu_shares)),
+            ("pids_limit", d(&h.pids_limit)),
+            ("ipc_mode", d(&h.ipc_mode)),
+            ("pid_mode", d(&h.pid_mode)),
+            ("devices", d(&h.devices.unwrap_or_default())),
+            ("binds", d(&h.binds.unwrap_or_default())),
+            ("tmpfs", d(&tmpfs)),
+            ("mounts", d(&mounts)),
+            ("started_at", d(&state.started_at)),
+            ("pid", d(&state.pid)),
+        ])
+    }
+
+    /// The value the engine reported for `field`.
+    pub fn get(&self, field: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| *k == field)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The fields whose values differ from `other`'s.
+    pub fn differences(&self, other: &Lockdown) -> Vec<&'static str> {
+        self.0
+            .iter()
+            .zip(&other.0)
+            .filter(|(a, b)| a != b)
+            .map(|(a, _)| a.0)
+            .collect()
+    }
+
+    /// What must hold of every sandbox whatever it was opened with: no network, not
+    /// privileged, no capability added, a read-only root, no host path but the channel
+    /// directory. `Err` names each that does not.
+    pub fn check(&self) -> Result<(), String> {
+        let want = [
+            ("network_mode", "Some(\"none\")"),
+            ("privileged", "false"),
+            ("cap_add", "[]"),
+            ("readonly_rootfs", "Some(true)"),
+            ("binds", "[]"),
+            ("devices", "[]"),
+        ];
+        let wrong: Vec<String> = want
+            .iter()
+            .filter(|(k, v)| self.get(k) != Some(v))
+            .map(|(k, _)| format!("{k} is {}", self.get(k).unwrap_or("missing")))
+            .collect();
+        if wrong.is_empty() {
+            Ok(())
+        } else {
+            Err(wrong.join(", "))
+        }
+    }
+}
+
+/// Pauses every process of the container (the cgroup freezer).
+pub async fn pause(docker: &Docker, id: &str) -> Result<(), bollard::errors::Error> {
+    docker.pause_container(id).await
+}
+
+/// Resumes a paused container.
+pub async fn unpause(docker: &Docker, id: &str) -> Result<(), bollard::errors::Error> {
+    docker.unpause_container(id).await
 }
 
 /// Connects to the engine's Unix socket (not yet contacted).
@@ -331,6 +454,7 @@ mod tests {
             default_timeout_ms: 30_000,
             output_bytes: 1000,
             languages: None,
+            session: false,
         }
     }
 
@@ -416,5 +540,41 @@ mod tests {
         s.languages = Some(&[]);
         let cmd = container_body(&s).cmd.unwrap();
         assert_eq!(cmd.last().map(String::as_str), Some("none"));
+    }
+
+    #[test]
+    fn a_session_container_runs_sandboxd_in_session_mode_and_is_labelled() {
+        let dir = Path::new("/d");
+        let mut s = spec(dir);
+        let b = container_body(&s);
+        assert!(!b.cmd.unwrap().iter().any(|a| a == "--session"));
+        assert!(!b.labels.unwrap().contains_key(LABEL_SESSION));
+        s.session = true;
+        let b = container_body(&s);
+        assert!(b.cmd.unwrap().iter().any(|a| a == "--session"));
+        let labels = b.labels.unwrap();
+        assert_eq!(labels[LABEL_SESSION], "1");
+        assert_eq!(labels[LABEL_INSTANCE], "inst");
+    }
+
+    #[test]
+    fn the_read_back_names_what_changed_and_what_must_always_hold() {
+        let b = container_body(&spec(Path::new("/d")));
+        let inspected = |memory: i64, cap_add: Vec<String>| ContainerInspectResponse {
+            image: b.image.clone(),
+            host_config: Some(HostConfig {
+                memory: Some(memory),
+                cap_add: Some(cap_add),
+                ..b.host_config.clone().unwrap()
+            }),
+            ..Default::default()
+        };
+        let opened = Lockdown::of(&inspected(1 << 28, vec![]));
+        assert_eq!(opened.check(), Ok(()));
+        assert!(opened.differences(&opened).is_empty());
+        let more = Lockdown::of(&inspected(1 << 30, vec![]));
+        assert_eq!(more.differences(&opened), ["memory"]);
+        let cap = Lockdown::of(&inspected(1 << 28, vec!["SYS_ADMIN".into()]));
+        assert!(cap.check().unwrap_err().contains("cap_add"));
     }
 }

@@ -282,6 +282,9 @@ pub enum Error {
     /// No ready container could be had for the run.
     #[error("no sandbox container could be started: {0}; nothing ran")]
     NoContainer(#[source] Box<Error>),
+    /// A session's new container is not locked down as it must be (it was removed).
+    #[error("the session's container is not locked down as it must be: {0}; it was removed and nothing ran")]
+    SessionSandbox(String),
     /// The granted run's relay or clients could not be prepared.
     #[error("the docker provider could not prepare the run's grant: {0}; nothing ran")]
     Grant(#[source] plimsoll_grants::prepare::PrepareError),
@@ -314,9 +317,10 @@ impl From<Error> for ProviderError {
     fn from(e: Error) -> ProviderError {
         let message = e.to_string();
         match e {
-            Error::NotStarted | Error::NoContainer(_) | Error::Grant(_) => {
-                Refusal::environment(message).into()
-            }
+            Error::NotStarted
+            | Error::NoContainer(_)
+            | Error::Grant(_)
+            | Error::SessionSandbox(_) => Refusal::environment(message).into(),
             Error::Closed => Refusal::capacity(message).into(),
             Error::Env(_) => Refusal::request(message).into(),
             Error::Sandboxd(call) => match call.refusal() {

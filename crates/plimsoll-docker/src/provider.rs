@@ -5,6 +5,7 @@
 
 mod pool;
 mod run;
+mod session;
 mod startup;
 
 use std::collections::{HashSet, VecDeque};
@@ -15,7 +16,9 @@ use std::time::Duration;
 
 use bollard::Docker;
 use plimsoll_core::Tier;
-use plimsoll_provider::{Answer, Facts, Provider, ProviderError, ProviderStartError, Work};
+use plimsoll_provider::{
+    Answer, Facts, Provider, ProviderError, ProviderStartError, SessionProvider, Work,
+};
 use plimsoll_sandboxd::Token;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -232,6 +235,11 @@ impl Provider for DockerProvider {
         self.inner.proven.get().is_some()
             && !self.inner.closed.load(Ordering::SeqCst)
             && self.inner.docker.ping().await.is_ok()
+    }
+
+    /// Sessions get a container of their own each (`provider/session.rs`).
+    fn sessions(&self) -> Option<&dyn SessionProvider> {
+        Some(self)
     }
 
     async fn run(&self, work: Work, timeout: Duration) -> Result<Answer, ProviderError> {

@@ -18,24 +18,9 @@ use plimsoll_docker::{DockerConfig, DockerProvider, Runtime};
 use plimsoll_provider::{Answer, Provider, ProviderError, Work};
 use support::{gvisor, tier};
 
+#[macro_use]
 mod support;
-use support::{engine, IMAGE};
-
-macro_rules! need_engine {
-    () => {
-        match engine().await {
-            Some(d) => d,
-            None => return,
-        }
-    };
-}
-
-fn config(state: &Path) -> DockerConfig {
-    let mut c = DockerConfig::new(IMAGE, state.join("docker"));
-    c.default_timeout = Duration::from_secs(30);
-    c.runtime = support::runtime();
-    c
-}
+use support::{config, IMAGE};
 
 async fn started(c: DockerConfig) -> DockerProvider {
     let p = DockerProvider::new(c).unwrap();

@@ -80,6 +80,10 @@ pub enum CallError {
     /// sandboxd answered the call without a result: the payload may have run.
     #[error("sandboxd answered without a result; the payload may have run")]
     NoResult,
+    /// A session call was answered by a sandboxd not started with `--session`: the payload
+    /// ran, but in a fresh directory of its own, not in the session's.
+    #[error("sandboxd answered a session call outside any session (it was not started with --session); the payload may have run")]
+    NotSession,
 }
 
 impl CallError {
@@ -101,7 +105,7 @@ impl CallError {
         match self {
             CallError::Connect(_) => Some(Reason::Environment),
             CallError::Refused(r) => Some(r.reason),
-            CallError::MayHaveRun(_) | CallError::NoResult => None,
+            CallError::MayHaveRun(_) | CallError::NoResult | CallError::NotSession => None,
         }
     }
 
@@ -113,7 +117,7 @@ impl CallError {
                 "the sandbox could not be reached: {e}"
             ))),
             CallError::Refused(r) => Some(r.clone()),
-            CallError::MayHaveRun(_) | CallError::NoResult => None,
+            CallError::MayHaveRun(_) | CallError::NoResult | CallError::NotSession => None,
         }
     }
 
@@ -226,6 +230,43 @@ impl tonic::service::Interceptor for BearerHeader {
     }
 }
 
+/// What a session call ([`SandboxdClient::session_call`]) answered, with the session's
+/// facts sandboxd stated.
+#[cfg(feature = "provider")]
+#[derive(Debug)]
+pub struct SessionReply {
+    /// The answer, or why there is none ([`CallError::refusal`] is `Some` when nothing ran).
+    pub answer: Result<plimsoll_provider::SessionAnswer, CallError>,
+    /// Bytes the session's files take after the call, when sandboxd stated it.
+    pub disk_bytes: Option<u64>,
+    /// The sweep after the call could not prove that no process of it is left.
+    pub boundary_failed: bool,
+    /// The read-back before the call found the session's directory changed (what differs);
+    /// nothing ran.
+    pub changed: Option<String>,
+}
+
+/// The request for one payload: the deadline `timeout`, kept within 1 ms and the
+/// protocol's maximum, and `env` for its programs.
+#[cfg(feature = "provider")]
+fn request(
+    payload: plimsoll_core::sandboxd_pb::execute_request::Payload,
+    timeout: Duration,
+    env: Vec<(String, String)>,
+) -> ExecuteRequest {
+    ExecuteRequest {
+        timeout_ms: u32::try_from(timeout.as_millis())
+            .unwrap_or(MAX_TIMEOUT_MS)
+            .clamp(1, MAX_TIMEOUT_MS),
+        env: env
+            .into_iter()
+            .map(|(name, value)| plimsoll_core::sandboxd_pb::EnvVar { name, value })
+            .collect(),
+        trace_id: String::new(),
+        payload: Some(payload),
+    }
+}
+
 /// A channel to one sandboxd, authenticated with its token.
 #[derive(Clone)]
 pub struct SandboxdClient {
@@ -308,6 +349,13 @@ impl SandboxdClient {
     /// Executes one payload. The call's deadline is the payload's (or the protocol's
     /// maximum when it leaves it to sandboxd) plus [`ANSWER_GRACE`].
     pub async fn execute(&self, req: ExecuteRequest) -> Result<ExecuteResponse, CallError> {
+        self.execute_status(req)
+            .await
+            .map_err(CallError::from_status)
+    }
+
+    /// [`execute`](Self::execute), with sandboxd's status as it came (its metadata too).
+    async fn execute_status(&self, req: ExecuteRequest) -> Result<ExecuteResponse, Status> {
         let run_ms = match req.timeout_ms {
             0 => MAX_TIMEOUT_MS,
             ms => ms.min(MAX_TIMEOUT_MS),
@@ -319,7 +367,6 @@ impl SandboxdClient {
             .execute(request)
             .await
             .map(|r| r.into_inner())
-            .map_err(CallError::from_status)
     }
 
     /// Runs one admitted payload: `work` and `env` become the request (the deadline
@@ -333,27 +380,82 @@ impl SandboxdClient {
         timeout: Duration,
         env: Vec<(String, String)>,
     ) -> Result<plimsoll_provider::Answer, CallError> {
-        use plimsoll_core::sandboxd_pb::{execute_request::Payload, execute_response, EnvVar};
+        use plimsoll_core::sandboxd_pb::{execute_request::Payload, execute_response};
         use plimsoll_provider::{Answer, Work};
         let payload = match work {
             Work::Javascript(js) => Payload::Javascript(js),
             Work::Project(p) => Payload::Project(p),
         };
-        let req = ExecuteRequest {
-            timeout_ms: u32::try_from(timeout.as_millis())
-                .unwrap_or(MAX_TIMEOUT_MS)
-                .clamp(1, MAX_TIMEOUT_MS),
-            env: env
-                .into_iter()
-                .map(|(name, value)| EnvVar { name, value })
-                .collect(),
-            trace_id: String::new(),
-            payload: Some(payload),
-        };
-        match self.execute(req).await?.result {
+        match self.execute(request(payload, timeout, env)).await?.result {
             Some(execute_response::Result::Javascript(j)) => Ok(Answer::Javascript(j)),
             Some(execute_response::Result::Project(p)) => Ok(Answer::Project(p)),
+            Some(execute_response::Result::Cell(_)) | None => Err(CallError::NoResult),
+        }
+    }
+
+    /// Runs one session call on a sandboxd started with `--session`: the request is built
+    /// as [`run`](Self::run) builds it (a cell carries no environment), and the reply
+    /// carries the session's facts sandboxd stated, also when the call failed. An answer
+    /// from a sandboxd outside any session is [`CallError::NotSession`].
+    #[cfg(feature = "provider")]
+    pub async fn session_call(
+        &self,
+        work: plimsoll_provider::SessionWork,
+        timeout: Duration,
+        env: Vec<(String, String)>,
+    ) -> SessionReply {
+        use crate::service::{SESSION_BOUNDARY_FAILED_KEY, SESSION_DISK_BYTES_KEY};
+        use plimsoll_core::sandboxd_pb::{execute_request::Payload, execute_response::Result as R};
+        use plimsoll_provider::{Answer, SessionAnswer, SessionWork, Work};
+        let payload = match work {
+            SessionWork::Run(Work::Javascript(js)) => Payload::Javascript(js),
+            SessionWork::Run(Work::Project(p)) => Payload::Project(p),
+            SessionWork::Cell(c) => Payload::Cell(c),
+        };
+        let resp = match self.execute_status(request(payload, timeout, env)).await {
+            Ok(r) => r,
+            Err(status) => {
+                let meta = status.metadata();
+                let disk_bytes = meta
+                    .get(SESSION_DISK_BYTES_KEY)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok());
+                let boundary_failed = meta
+                    .get(SESSION_BOUNDARY_FAILED_KEY)
+                    .is_some_and(|v| v.as_bytes() == b"1");
+                return SessionReply {
+                    answer: Err(CallError::from_status(status)),
+                    disk_bytes,
+                    boundary_failed,
+                    changed: None,
+                };
+            }
+        };
+        if !resp.session {
+            return SessionReply {
+                answer: Err(CallError::NotSession),
+                disk_bytes: None,
+                boundary_failed: false,
+                changed: None,
+            };
+        }
+        let answer = match resp.result {
+            Some(R::Javascript(j)) => Ok(SessionAnswer::Run(Answer::Javascript(j))),
+            Some(R::Project(p)) => Ok(SessionAnswer::Run(Answer::Project(p))),
+            Some(R::Cell(c)) => Ok(SessionAnswer::Cell(c)),
+            None if !resp.session_changed.is_empty() => {
+                Err(CallError::Refused(Refusal::environment(format!(
+                    "the session's sandbox changed: {}; nothing ran",
+                    resp.session_changed
+                ))))
+            }
             None => Err(CallError::NoResult),
+        };
+        SessionReply {
+            answer,
+            disk_bytes: Some(resp.session_disk_bytes),
+            boundary_failed: resp.session_boundary_failed,
+            changed: (!resp.session_changed.is_empty()).then_some(resp.session_changed),
         }
     }
 

@@ -10,7 +10,11 @@ pub mod serve;
 pub mod service;
 pub mod token;
 
+#[cfg(feature = "provider")]
+pub use client::SessionReply;
 pub use client::{CallError, ConnectFailure, SandboxdClient};
 pub use serve::{serve_tcp, serve_unix, SandboxdRoute};
-pub use service::{Auth, CallCounts, SandboxdService};
+pub use service::{
+    Auth, CallCounts, SandboxdService, SESSION_BOUNDARY_FAILED_KEY, SESSION_DISK_BYTES_KEY,
+};
 pub use token::{Token, TokenError, TokenFile, TokenSet};

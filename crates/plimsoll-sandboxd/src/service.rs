@@ -1,5 +1,13 @@
 //! The `plimsoll.sandboxd.v1.Sandboxd` service over the runner: the token check (before the
 //! request body is decoded), one payload at a time, and `Health`.
+//!
+//! In session mode ([`SandboxdService::into_session`]) every payload runs in one
+//! [`RunnerSession`]: its directory is read back before each call (a changed one runs
+//! nothing and says so in `session_changed`), and every answer states the session's disk
+//! bytes and whether the sweep after the call proved no process of it is left. A runner
+//! failure in a session carries the same two facts in its status metadata
+//! ([`SESSION_DISK_BYTES_KEY`], [`SESSION_BOUNDARY_FAILED_KEY`]). Without session mode a
+//! cell is refused, marked `unsupported`, before anything runs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,7 +20,7 @@ use plimsoll_core::sandboxd_pb::{
 };
 use plimsoll_core::validate::{MAX_REQUEST_BYTES, MAX_TIMEOUT_MS};
 use plimsoll_core::Refusal;
-use plimsoll_runner::{RunEnv, Runner, RunnerError};
+use plimsoll_runner::{RunEnv, Runner, RunnerError, RunnerSession};
 use tokio::sync::Semaphore;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status};
@@ -91,10 +99,18 @@ fn bearer(v: &[u8]) -> Option<&[u8]> {
     (!t.is_empty()).then_some(t)
 }
 
+/// Status metadata of a failed session call: the session's disk bytes after it.
+pub const SESSION_DISK_BYTES_KEY: &str = "plimsoll-session-disk-bytes";
+/// Status metadata of a failed session call: `1` when the sweep after it could not prove
+/// that no process of it is left.
+pub const SESSION_BOUNDARY_FAILED_KEY: &str = "plimsoll-session-boundary-failed";
+
 /// The service: runs one payload at a time with the runner.
 #[derive(Debug)]
 pub struct SandboxdService {
     runner: Arc<Runner>,
+    /// Session mode: every payload runs in this one session.
+    session: Option<RunnerSession>,
     busy: Semaphore,
     languages: Vec<String>,
     counts: Arc<CallCounts>,
@@ -111,10 +127,23 @@ impl SandboxdService {
     pub fn with_languages(runner: Arc<Runner>, languages: Vec<String>) -> SandboxdService {
         SandboxdService {
             runner,
+            session: None,
             busy: Semaphore::new(1),
             languages,
             counts: Arc::new(CallCounts::default()),
         }
+    }
+
+    /// Session mode: opens one runner session, in which every payload from now on runs
+    /// (files persist across calls; each call is swept). It lives as long as the service.
+    pub fn into_session(mut self) -> Result<SandboxdService, RunnerError> {
+        self.session = Some(self.runner.open_session()?);
+        Ok(self)
+    }
+
+    /// Whether the service runs its payloads in one session.
+    pub fn is_session(&self) -> bool {
+        self.session.is_some()
     }
 
     /// The proven languages.
@@ -153,27 +182,110 @@ impl SandboxdService {
         let payload = req.payload.ok_or_else(|| {
             Refusal::request("the request carries no payload; nothing ran").to_status()
         })?;
+        match &self.session {
+            None => self.run_once(payload, timeout, &env).await,
+            Some(session) => self.run_in_session(session, payload, timeout, &env).await,
+        }
+    }
+
+    /// One payload in a fresh working directory (the one-shot mode); a cell is refused.
+    async fn run_once(
+        &self,
+        payload: execute_request::Payload,
+        timeout: Duration,
+        env: &RunEnv,
+    ) -> Result<ExecuteResponse, Status> {
+        let started = Instant::now();
+        let result = match payload {
+                execute_request::Payload::Javascript(js) => {
+                    self.counts.executed.fetch_add(1, Ordering::Relaxed);
+                    self.runner
+                        .javascript(&js, timeout, env)
+                        .await
+                        .map(execute_response::Result::Javascript)
+                }
+                execute_request::Payload::Project(p) => {
+                    self.counts.executed.fetch_add(1, Ordering::Relaxed);
+                    self.runner
+                        .project(&p, timeout, env)
+                        .await
+                        .map(execute_response::Result::Project)
+                }
+                execute_request::Payload::Cell(_) => {
+                    return Err(Refusal::unsupported(
+                        "this sandboxd runs one-shot payloads; cells need a sandboxd started with --session; nothing ran",
+                    )
+                    .to_status())
+                }
+            };
+        result
+            .map(|r| ExecuteResponse {
+                duration_ms: started.elapsed().as_millis() as i64,
+                result: Some(r),
+                ..Default::default()
+            })
+            .map_err(|e| runner_error_status(&e))
+    }
+
+    /// One payload in the session, read back first; the answer states the session's facts.
+    async fn run_in_session(
+        &self,
+        session: &RunnerSession,
+        payload: execute_request::Payload,
+        timeout: Duration,
+        env: &RunEnv,
+    ) -> Result<ExecuteResponse, Status> {
+        if let Err(why) = session.read_back() {
+            tracing::error!("session read-back failed: {why}; nothing ran");
+            return Ok(ExecuteResponse {
+                session: true,
+                session_changed: why,
+                ..Default::default()
+            });
+        }
         let started = Instant::now();
         self.counts.executed.fetch_add(1, Ordering::Relaxed);
         let result = match payload {
-            execute_request::Payload::Javascript(js) => self
-                .runner
-                .javascript(&js, timeout, &env)
+            execute_request::Payload::Javascript(js) => session
+                .javascript(&js, timeout, env)
                 .await
                 .map(execute_response::Result::Javascript),
-            execute_request::Payload::Project(p) => self
-                .runner
-                .project(&p, timeout, &env)
+            execute_request::Payload::Project(p) => session
+                .project(&p, timeout, env)
                 .await
                 .map(execute_response::Result::Project),
+            execute_request::Payload::Cell(c) => session
+                .cell(&c, timeout)
+                .await
+                .map(execute_response::Result::Cell),
         };
         let duration_ms = started.elapsed().as_millis() as i64;
+        let disk_bytes = session.disk_bytes();
+        let boundary_failed = !session.last_sweep_clean();
+        if boundary_failed {
+            tracing::error!("the sweep after a session call could not prove no process is left");
+        }
         match result {
             Ok(r) => Ok(ExecuteResponse {
                 duration_ms,
                 result: Some(r),
+                session: true,
+                session_disk_bytes: disk_bytes,
+                session_boundary_failed: boundary_failed,
+                session_changed: String::new(),
             }),
-            Err(e) => Err(runner_error_status(&e)),
+            Err(e) => {
+                let mut status = runner_error_status(&e);
+                let m = status.metadata_mut();
+                m.insert(SESSION_DISK_BYTES_KEY, disk_bytes.into());
+                if boundary_failed {
+                    m.insert(
+                        SESSION_BOUNDARY_FAILED_KEY,
+                        tonic::metadata::MetadataValue::from_static("1"),
+                    );
+                }
+                Err(status)
+            }
         }
     }
 }
@@ -184,8 +296,11 @@ fn runner_error_status(e: &RunnerError) -> Status {
         RunnerError::Setup(_) => {
             Refusal::environment(format!("sandboxd: {e}; nothing ran")).to_status()
         }
-        RunnerError::Spawn { .. } => {
+        RunnerError::Spawn { .. } | RunnerError::CellLanguage(_) => {
             Refusal::unsupported(format!("sandboxd: {e}; nothing ran")).to_status()
+        }
+        RunnerError::CellFiles(_) => {
+            Refusal::request(format!("sandboxd: {e}; nothing ran")).to_status()
         }
         // Anything else may have run something.
         _ => Status::internal(format!("sandboxd: {e}")),
@@ -209,6 +324,7 @@ impl Sandboxd for SandboxdService {
         let kind = match &req.payload {
             Some(execute_request::Payload::Javascript(_)) => "javascript",
             Some(execute_request::Payload::Project(_)) => "project",
+            Some(execute_request::Payload::Cell(_)) => "cell",
             None => "none",
         };
         let out = self.run(req).await;
@@ -230,6 +346,7 @@ impl Sandboxd for SandboxdService {
         Ok(Response::new(HealthResponse {
             languages: self.languages.clone(),
             version: env!("CARGO_PKG_VERSION").to_owned(),
+            session: self.session.is_some(),
         }))
     }
 }

@@ -87,6 +87,7 @@ fn stdout_of(r: plimsoll_core::sandboxd_pb::ExecuteResponse) -> Vec<u8> {
     match r.result {
         Some(execute_response::Result::Project(p)) => p.steps[0].stdout.clone(),
         Some(execute_response::Result::Javascript(j)) => j.stdout,
+        Some(execute_response::Result::Cell(c)) => c.stdout,
         None => panic!("no result"),
     }
 }

@@ -176,6 +176,7 @@ impl Inner {
             default_timeout_ms: self.cfg.default_timeout.as_millis() as u64,
             output_bytes: self.cfg.output_bytes,
             languages: self.proven.get().map(|p| p.languages.as_slice()),
+            session: false,
         }
     }
 
@@ -183,6 +184,12 @@ impl Inner {
     /// is closed; a launch that began before sees it at its next step and removes its
     /// container.
     pub(super) async fn launch(&self, image_id: &str) -> Result<Warm, Error> {
+        self.launch_as(image_id, false).await
+    }
+
+    /// [`launch`](Self::launch) of a run's container, or with `session` of a session's
+    /// (sandboxd with `--session`, labelled as a session's; never put in the warm pool).
+    pub(super) async fn launch_as(&self, image_id: &str, session: bool) -> Result<Warm, Error> {
         // Counted before `closed` is read: shutdown sets `closed` before it reads the count,
         // so either this launch sees it closed or shutdown waits for this launch.
         self.launching.fetch_add(1, Ordering::SeqCst);
@@ -205,7 +212,8 @@ impl Inner {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(Error::RunDir { dir, source });
         }
-        let spec = self.spec(image_id, &run_id, &dir);
+        let mut spec = self.spec(image_id, &run_id, &dir);
+        spec.session = session;
         let id = match engine::create_and_start(&self.docker, &spec).await {
             Ok(id) => id,
             Err(e) => {

@@ -5,10 +5,22 @@
 //! (`.ci/run` runs the suite once per runtime); then a missing runsc is a failure too.
 
 use std::path::Path;
+use std::time::Duration;
 
 use bollard::Docker;
 use plimsoll_core::Tier;
-use plimsoll_docker::Runtime;
+use plimsoll_docker::{DockerConfig, Runtime};
+
+/// The engine ([`engine`]), or a return from the test (skip) when it is missing.
+#[allow(unused_macros)]
+macro_rules! need_engine {
+    () => {
+        match crate::support::engine().await {
+            Some(d) => d,
+            None => return,
+        }
+    };
+}
 
 /// The sandbox image `cargo xtask images` builds.
 pub const IMAGE: &str = "plimsoll/sandbox:latest";
@@ -69,4 +81,14 @@ pub async fn engine() -> Option<Docker> {
     }
     .await;
     plimsoll_testkit::docker::gate(found)
+}
+
+/// The provider's configuration for the tests: the sandbox image, state under `state`, a
+/// 30 s default deadline, the suite's runtime.
+#[allow(dead_code)]
+pub fn config(state: &Path) -> DockerConfig {
+    let mut c = DockerConfig::new(IMAGE, state.join("docker"));
+    c.default_timeout = Duration::from_secs(30);
+    c.runtime = runtime();
+    c
 }
