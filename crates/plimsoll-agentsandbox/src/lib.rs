@@ -3,7 +3,8 @@
 //! reaches its sandboxd through the pod's TLS terminator on port 9090 (TLS 1.3, a chain to
 //! the operator's CA file, the configured server name), runs, and deletes the claim.
 //! Startup reads the template and its NetworkPolicies back and refuses any difference,
-//! then makes one real run over the TLS path.
+//! then makes one real run over the TLS path. Sessions (`session`) hold one claim and one
+//! channel for all their calls, and delete the claim at their end.
 //!
 //! It must never send a byte to a pod that has not completed the TLS handshake, never
 //! consult the system's root certificates for that channel, never report "not dispatched"
@@ -14,6 +15,7 @@ pub mod config;
 pub mod crd;
 pub mod provider;
 pub mod readback;
+pub mod session;
 
 pub use config::AgentSandboxConfig;
 pub use plimsoll_provider::ConfigError;

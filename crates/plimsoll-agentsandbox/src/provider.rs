@@ -354,10 +354,28 @@ impl AgentSandboxProvider {
         F: FnOnce(SandboxdClient) -> Fut,
         Fut: Future<Output = Result<T, RunError>>,
     {
+        let client = self
+            .claim_and_connect(started, name, run_timeout, phases, guard)
+            .await?;
+        let t2 = Instant::now();
+        let out = f(client).await;
+        phases.run = Some(t2.elapsed());
+        out
+    }
+
+    /// Creates the claim `name` (expiring `hold` past its Ready wait), waits for its pod
+    /// and connects to it over TLS.
+    async fn claim_and_connect(
+        &self,
+        started: &Started,
+        name: &str,
+        hold: Duration,
+        phases: &mut Phases,
+        guard: &mut ClaimGuard,
+    ) -> Result<SandboxdClient, RunError> {
         let ns = &self.cfg.namespace;
         let t0 = Instant::now();
-        let expires =
-            SystemTime::now() + self.cfg.claim_timeout + run_timeout + CLAIM_EXPIRY_MARGIN;
+        let expires = SystemTime::now() + self.cfg.claim_timeout + hold + CLAIM_EXPIRY_MARGIN;
         let obj: DynamicObject =
             serde_json::from_value(crd::claim_object(name, ns, &self.cfg.warm_pool, expires))
                 .map_err(|e| {
@@ -385,10 +403,49 @@ impl AgentSandboxProvider {
             .await
             .map_err(RunError::Connect)?;
         phases.tls_connect = Some(t1.elapsed());
-        let t2 = Instant::now();
-        let out = f(client).await;
-        phases.run = Some(t2.elapsed());
-        out
+        Ok(client)
+    }
+
+    /// A claim held for a session of `lifetime`, its pod and a channel to it. The claim
+    /// is deleted when the guard is dropped or [`ClaimGuard::delete`]d.
+    pub(crate) async fn claim_for_session(
+        &self,
+        lifetime: Duration,
+    ) -> Result<(ClaimGuard, SandboxdClient, SocketAddr), ProviderError> {
+        let Some(started) = self.started.get() else {
+            return Err(Refusal::unsupported(
+                "the agentsandbox provider has not passed its startup checks",
+            )
+            .into());
+        };
+        let name = crd::new_claim_name();
+        let mut phases = Phases {
+            claim: name.clone(),
+            ..Default::default()
+        };
+        let mut guard = ClaimGuard {
+            api: started.claims.clone(),
+            name: name.clone(),
+            armed: true,
+        };
+        match self
+            .claim_and_connect(started, &name, lifetime, &mut phases, &mut guard)
+            .await
+        {
+            Ok(client) => Ok((guard, client, phases.pod.expect("connected to a pod"))),
+            Err(e) => {
+                guard.delete().await;
+                let pod = phases
+                    .pod
+                    .map_or_else(|| name.clone(), |a| format!("{name} ({a})"));
+                Err(e.into_provider_error(&pod))
+            }
+        }
+    }
+
+    /// The warm pool sessions and runs claim from.
+    pub(crate) fn warm_pool(&self) -> String {
+        format!("{}/{}", self.cfg.namespace, self.cfg.warm_pool)
     }
 
     async fn wait_ready(
@@ -526,10 +583,20 @@ async fn delete_claim(api: &Api<DynamicObject>, name: &str) -> bool {
 }
 
 /// Deletes the claim in the background if the run's future is dropped before it could.
-struct ClaimGuard {
+pub(crate) struct ClaimGuard {
     api: Api<DynamicObject>,
     name: String,
     armed: bool,
+}
+
+impl ClaimGuard {
+    /// Deletes the claim now (a claim whose create was refused has none to delete).
+    pub(crate) async fn delete(mut self) {
+        if self.armed {
+            self.armed = false;
+            delete_claim(&self.api, &self.name).await;
+        }
+    }
 }
 
 impl Drop for ClaimGuard {
@@ -556,6 +623,10 @@ impl Provider for AgentSandboxProvider {
                 ..Default::default()
             },
         }
+    }
+
+    fn sessions(&self) -> Option<&dyn plimsoll_provider::SessionProvider> {
+        Some(self)
     }
 
     async fn start(&self) -> Result<(), ProviderStartError> {

@@ -246,6 +246,36 @@ pub struct SessionReply {
     pub changed: Option<String>,
 }
 
+#[cfg(feature = "provider")]
+impl SessionReply {
+    /// The end this reply states, in this order: the session's directory changed (nothing
+    /// ran), the sweep could not prove the call left nothing, or the session's files take
+    /// more than `disk_limit` bytes. A lost channel is the provider's to judge.
+    pub fn stated_end(&self, disk_limit: Option<u64>) -> Option<plimsoll_provider::SessionEnded> {
+        use plimsoll_provider::{SessionEndCause, SessionEnded};
+        let end = |cause, detail: String| Some(SessionEnded { cause, detail });
+        if let Some(changed) = &self.changed {
+            return end(
+                SessionEndCause::SandboxChanged,
+                format!("the session's directory changed: {changed}"),
+            );
+        }
+        if self.boundary_failed {
+            return end(
+                SessionEndCause::BoundaryFailed,
+                "the sweep after the call could not prove that no process of it is left".into(),
+            );
+        }
+        match (disk_limit, self.disk_bytes) {
+            (Some(limit), Some(used)) if used > limit => end(
+                SessionEndCause::DiskExceeded,
+                format!("the session's files take {used} bytes, more than its {limit}"),
+            ),
+            _ => None,
+        }
+    }
+}
+
 /// The request for one payload: the deadline `timeout`, kept within 1 ms and the
 /// protocol's maximum, and `env` for its programs.
 #[cfg(feature = "provider")]

@@ -108,6 +108,8 @@ pub struct FakeClusterOptions {
     pub bin_dir: PathBuf,
     /// Pods kept started and ready ahead of claims.
     pub warm: usize,
+    /// Pods run sandboxd with `--session` (as the template then says), for sessions.
+    pub session: bool,
 }
 
 impl FakeClusterOptions {
@@ -124,7 +126,21 @@ impl FakeClusterOptions {
             policies: vec![conforming_policy()],
             bin_dir,
             warm: 1,
+            session: false,
         }
+    }
+
+    /// [`FakeClusterOptions::conforming`] for sessions: the template's and the pods'
+    /// sandboxd run with `--session`.
+    pub fn sessions(bin_dir: PathBuf) -> FakeClusterOptions {
+        let mut o = FakeClusterOptions::conforming(bin_dir);
+        if let Some(args) =
+            o.template["spec"]["podTemplate"]["spec"]["containers"][0]["args"].as_array_mut()
+        {
+            args.push(json!("--session"));
+        }
+        o.session = true;
+        o
     }
 }
 
@@ -285,6 +301,7 @@ struct Inner {
     port: u16,
     warm_target: usize,
     token_file: PathBuf,
+    session: bool,
 }
 
 /// The fake cluster: API server, controller and pods.
@@ -364,6 +381,7 @@ impl FakeCluster {
             port: free_port(),
             warm_target: opts.warm,
             token_file,
+            session: opts.session,
         });
         let app = axum::Router::new().fallback({
             let inner = inner.clone();
@@ -580,6 +598,9 @@ async fn start_pod(inner: &Arc<Inner>, pki: Option<&Pki>) -> std::io::Result<Pod
         format!("--token-file={}", inner.token_file.display()),
         format!("--root-dir={}", root.display()),
     ];
+    if inner.session {
+        args.push("--session".to_owned());
+    }
     if let Some(id) = run_user() {
         // As in the shipped template, the code runs as a user of its own. Pods here share
         // one PID namespace, and sandboxd kills every process of its run user after each
