@@ -260,6 +260,10 @@ impl SandboxdService {
                 .map(execute_response::Result::Cell),
         };
         let duration_ms = started.elapsed().as_millis() as i64;
+        let reaped = reap_orphans(session).await;
+        if reaped > 0 {
+            tracing::debug!(reaped, "reaped the zombies of processes the call left");
+        }
         let disk_bytes = session.disk_bytes();
         let boundary_failed = !session.last_sweep_clean();
         if boundary_failed {
@@ -288,6 +292,50 @@ impl SandboxdService {
             }
         }
     }
+}
+
+/// Reaps the zombies among sandboxd's own children that the runner is not waiting for,
+/// after a session call (the runner has waited for every program it started by then, and
+/// the session's turn is held, so no cell interpreter is being replaced).
+///
+/// In a container sandboxd is PID 1 (there is no init), so every process a call left and
+/// the sweep killed is re-parented to it and stays a zombie until sandboxd reaps it: over
+/// a session those would fill the container's pids limit. Only exact pids are waited for
+/// (never `-1`), and never a kept interpreter's. Returns how many were reaped.
+async fn reap_orphans(session: &RunnerSession) -> usize {
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    let me = std::process::id();
+    let keep = session.interpreter_pids().await;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut reaped = 0;
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        if keep.contains(&pid) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (Some(state), Some(ppid)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        if state == "Z" && ppid.parse::<u32>().ok() == Some(me) {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            if waitpid(pid, Some(WaitPidFlag::WNOHANG)).is_ok() {
+                reaped += 1;
+            }
+        }
+    }
+    reaped
 }
 
 /// The runner's own failures: those that provably ran nothing carry the mark.

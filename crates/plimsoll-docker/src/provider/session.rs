@@ -33,7 +33,8 @@ struct Open {
 /// One open Docker session.
 struct DockerSession {
     inner: Arc<Inner>,
-    disk_bytes: Option<u64>,
+    /// `SessionSpec::disk_mb` in bytes, when measured.
+    disk_limit: Option<u64>,
     opened: Lockdown,
     open: Mutex<Option<Open>>,
 }
@@ -116,7 +117,7 @@ impl Inner {
         tracing::info!(run = %warm.run_id, container = %engine::short(&warm.id), "docker session opened");
         Ok(DockerSession {
             inner: self.clone(),
-            disk_bytes: (spec.disk_mb > 0).then(|| u64::from(spec.disk_mb) * 1024 * 1024),
+            disk_limit: (spec.disk_mb > 0).then(|| u64::from(spec.disk_mb) * 1024 * 1024),
             opened,
             open: Mutex::new(Some(Open {
                 warm,
@@ -281,7 +282,7 @@ impl ProviderSession for DockerSession {
             ));
         }
         if why.is_none() {
-            if let (Some(limit), Some(used)) = (self.disk_bytes, reply.disk_bytes) {
+            if let (Some(limit), Some(used)) = (self.disk_limit, reply.disk_bytes) {
                 if used > limit {
                     why = Some(ended(
                         SessionEndCause::DiskExceeded,
