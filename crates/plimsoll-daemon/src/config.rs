@@ -197,6 +197,7 @@ fn shared(v: &Vars<'_>) -> Result<Shared, ConfigError> {
             .filter(|n| v.is_set(n))
             .collect(),
         sessions: false,
+        session_pool: 0,
     })
 }
 
@@ -282,6 +283,13 @@ impl Config {
         let sessions = crate::sessions::SessionSettings::from_vars(&v)?;
         let mut shared = shared(&v)?;
         shared.sessions = sessions.enabled();
+        shared.session_pool = sessions.pool;
+        if sessions.pool > 0 && provider_name != "docker" {
+            return Err(bad(
+                "SANDBOX_SESSION_POOL",
+                format!("is a pool of Docker session containers, and SANDBOX_PROVIDER is {provider_name}; unset it"),
+            ));
+        }
         // Credentials named by the grants file are read here, once, from the same source.
         let grants = match v.path("PLIMSOLL_GRANTS_FILE") {
             None => plimsoll_grants::Grants::empty(),

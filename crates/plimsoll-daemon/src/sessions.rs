@@ -68,7 +68,7 @@ pub const SESSION_VARIABLES: &[Variable] = &[
     ),
     (
         "SANDBOX_SESSION_POOL",
-        "docker: never-used session containers kept ready (docker sessions are not offered by this build; must be 0)",
+        "docker: never-used session containers kept ready (default 0; at most SANDBOX_MAX_SESSIONS)",
     ),
 ];
 
@@ -96,6 +96,8 @@ pub struct SessionSettings {
     pub idle: Duration,
     /// MiB a session's files may take (0 = not measured).
     pub disk_mb: u32,
+    /// Docker: never-used session containers kept ready.
+    pub pool: usize,
 }
 
 impl Default for SessionSettings {
@@ -107,6 +109,7 @@ impl Default for SessionSettings {
             lifetime: Duration::from_secs(30 * 60),
             idle: Duration::from_secs(5 * 60),
             disk_mb: 1024,
+            pool: 0,
         }
     }
 }
@@ -136,15 +139,17 @@ impl SessionSettings {
                 "must be at most 1048576",
             ));
         }
+        let max_sessions: usize = v.number("SANDBOX_MAX_SESSIONS", 0)?;
         let pool: usize = v.number("SANDBOX_SESSION_POOL", 0)?;
-        if pool != 0 {
+        if pool > max_sessions {
             return Err(ConfigError::new(
                 "SANDBOX_SESSION_POOL",
-                "is a docker session pool, and this build offers sessions on the process provider only; unset it",
+                format!("{pool} is more than SANDBOX_MAX_SESSIONS ({max_sessions}); a pool never holds more containers than sessions may be open"),
             ));
         }
         Ok(SessionSettings {
-            max_sessions: v.number("SANDBOX_MAX_SESSIONS", 0)?,
+            max_sessions,
+            pool,
             per_caller: v.number("SANDBOX_MAX_SESSIONS_PER_CALLER", 0)?,
             per_owner: v.number("SANDBOX_MAX_SESSIONS_PER_OWNER", 0)?,
             lifetime: Duration::from_millis(lifetime_ms.into()),

@@ -116,6 +116,8 @@ pub struct DockerConfig {
     pub runtime_name: Option<String>,
     /// `SANDBOX_DOCKER_POOL`: containers kept created, started and ready ahead of runs.
     pub pool: usize,
+    /// `SANDBOX_SESSION_POOL`: never-used session containers kept ready.
+    pub session_pool: usize,
     /// `SANDBOX_DOCKER_SECCOMP`.
     pub seccomp: Seccomp,
     /// `SANDBOX_MEMORY_MB` (0 = [`DEFAULT_MEMORY_MB`]).
@@ -164,6 +166,7 @@ impl DockerConfig {
             runtime: Runtime::Runc,
             runtime_name: None,
             pool: 0,
+            session_pool: 0,
             seccomp: Seccomp::EngineDefault,
             memory_mb: 0,
             cpus: 0.0,
@@ -349,6 +352,7 @@ impl ProviderSetup for DockerConfig {
         let mut c = DockerConfig::new(image, shared.state_dir.join("docker"));
         c.runtime = engine.runtime;
         c.pool = engine.pool;
+        c.session_pool = shared.session_pool;
         c.seccomp = engine.seccomp;
         let r = shared.resources;
         (c.memory_mb, c.cpus, c.pids, c.disk_mb) = (r.memory_mb, r.cpus, r.pids, r.disk_mb);

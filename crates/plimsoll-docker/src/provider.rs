@@ -74,6 +74,9 @@ struct Inner {
     proven: OnceLock<Proven>,
     pool: Mutex<VecDeque<Warm>>,
     refill: Arc<Notify>,
+    /// Never-used session containers (sandboxd `--session`), `SANDBOX_SESSION_POOL` of them.
+    session_pool: Mutex<VecDeque<Warm>>,
+    session_refill: Arc<Notify>,
     /// Containers created and not yet removed (removed at drop if still there).
     live: Mutex<HashSet<String>>,
     /// Removals in flight (so tests and shutdown can wait for them).
@@ -157,6 +160,11 @@ impl DockerProvider {
     /// Containers ready in the warm pool now.
     pub fn pool_ready(&self) -> usize {
         self.inner.lock_pool().len()
+    }
+
+    /// Never-used session containers ready now (`SANDBOX_SESSION_POOL`).
+    pub fn session_pool_ready(&self) -> usize {
+        self.inner.lock_session_pool().len()
     }
 
     /// Waits until the warm pool holds `n` ready containers (or `limit` passed); returns

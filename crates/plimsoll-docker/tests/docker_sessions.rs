@@ -286,6 +286,7 @@ async fn files_past_the_disk_limit_end_the_session_disk_exceeded() {
         .open(SessionSpec {
             languages: vec![],
             disk_mb: 1,
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -342,6 +343,47 @@ async fn a_session_never_takes_a_warm_container() {
     assert!(!warm.contains(&mine[0]));
     s.close().await;
     p.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_session_pool_hands_out_a_never_used_container_and_refills() {
+    let d = need_engine!();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = support::config(dir.path());
+    c.session_pool = 1;
+    let p = DockerProvider::new(c).unwrap();
+    p.start().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while p.session_pool_ready() < 1 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(p.session_pool_ready(), 1, "the session pool filled");
+    let pooled = session_container(&d, &p).await;
+    let s = open(&p).await;
+    // The session got the pooled container, and it works as a session's.
+    let o = s.call(project(&["echo kept > f", "cat f"]), T).await;
+    assert_eq!(step_out(ok(o), 1), "kept");
+    let sessions = containers_labelled(&d, LABEL_SESSION, "1").await.unwrap();
+    assert!(sessions.contains(&pooled));
+    // A replacement is started, never the one in use.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while p.session_pool_ready() < 1 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(p.session_pool_ready(), 1, "the session pool refilled");
+    s.close().await;
+    let left = containers_labelled(&d, LABEL_INSTANCE, p.instance_id())
+        .await
+        .unwrap();
+    assert!(
+        !left.contains(&pooled),
+        "the used container was removed at close"
+    );
+    p.shutdown().await;
+    assert!(containers_labelled(&d, LABEL_INSTANCE, p.instance_id())
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]

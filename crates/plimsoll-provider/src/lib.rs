@@ -191,6 +191,9 @@ pub struct Shared {
     /// Whether sessions are on (`SANDBOX_MAX_SESSIONS` > 0): a provider whose sandboxes
     /// must be set up for them checks that at startup.
     pub sessions: bool,
+    /// `SANDBOX_SESSION_POOL`: never-used session sandboxes a provider keeps ready (only
+    /// the docker provider has such a pool; plimsolld refuses it for any other).
+    pub session_pool: usize,
 }
 
 impl Default for Shared {
@@ -202,6 +205,7 @@ impl Default for Shared {
             resources: Resources::default(),
             explicit_resources: Vec::new(),
             sessions: false,
+            session_pool: 0,
         }
     }
 }

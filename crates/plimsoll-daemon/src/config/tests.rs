@@ -313,3 +313,52 @@ fn unknown_names_are_reported() {
         vec!["SANDBOX_MAX_CONCURENT".to_owned()]
     );
 }
+
+#[test]
+fn session_settings_are_read_and_checked() {
+    let cfg = |pairs: &[(&str, &str)]| {
+        let mut all = vec![("PLIMSOLL_INSECURE", "1")];
+        all.extend_from_slice(pairs);
+        Config::from_env(&MapEnv::from_pairs(all))
+    };
+    let c = cfg(&[
+        ("SANDBOX_PROVIDER", "docker"),
+        ("SANDBOX_DOCKER_IMAGE", "sha256:0123"),
+        ("SANDBOX_MAX_SESSIONS", "4"),
+        ("SANDBOX_SESSION_POOL", "2"),
+        ("SANDBOX_SESSION_LIFETIME_MS", "60000"),
+    ])
+    .unwrap();
+    assert_eq!((c.sessions.max_sessions, c.sessions.pool), (4, 2));
+    assert_eq!(c.sessions.lifetime, Duration::from_secs(60));
+    assert_eq!(docker_of(&c).session_pool, 2);
+    assert!(c.shared.sessions);
+    for (pairs, name) in [
+        (
+            &[("SANDBOX_MAX_SESSIONS", "1"), ("SANDBOX_SESSION_POOL", "2")][..],
+            "SANDBOX_SESSION_POOL",
+        ),
+        (
+            &[
+                ("SANDBOX_PROVIDER", "process"),
+                ("SANDBOX_MAX_SESSIONS", "2"),
+                ("SANDBOX_SESSION_POOL", "1"),
+            ][..],
+            "SANDBOX_SESSION_POOL",
+        ),
+        (
+            &[("SANDBOX_SESSION_LIFETIME_MS", "10")][..],
+            "SANDBOX_SESSION_LIFETIME_MS",
+        ),
+        (
+            &[("SANDBOX_SESSION_IDLE_MS", "10")][..],
+            "SANDBOX_SESSION_IDLE_MS",
+        ),
+        (
+            &[("SANDBOX_MAX_SESSIONS", "many")][..],
+            "SANDBOX_MAX_SESSIONS",
+        ),
+    ] {
+        assert_eq!(cfg(pairs).unwrap_err().name, name, "{pairs:?}");
+    }
+}

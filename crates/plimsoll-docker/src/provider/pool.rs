@@ -45,6 +45,19 @@ impl Inner {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    pub(super) fn lock_session_pool(&self) -> std::sync::MutexGuard<'_, VecDeque<Warm>> {
+        self.session_pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pool of runs' containers, or of sessions' (`session`), and what wakes its refill.
+    fn pool_of(&self, session: bool) -> (std::sync::MutexGuard<'_, VecDeque<Warm>>, &Notify) {
+        if session {
+            (self.lock_session_pool(), &self.session_refill)
+        } else {
+            (self.lock_pool(), &self.refill)
+        }
+    }
+
     fn lock_live(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -63,7 +76,9 @@ impl Inner {
     pub(super) async fn shutdown(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.refill.notify_one();
-        let warm: Vec<Warm> = self.lock_pool().drain(..).collect();
+        self.session_refill.notify_one();
+        let mut warm: Vec<Warm> = self.lock_pool().drain(..).collect();
+        warm.extend(self.lock_session_pool().drain(..));
         for w in warm {
             self.discard(w).await;
         }
@@ -132,8 +147,10 @@ impl Inner {
     pub(super) fn remove_at_drop(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.refill.notify_one();
+        self.session_refill.notify_one();
         let mut ids: Vec<String> = self.lock_live().drain().collect();
         ids.extend(self.lock_pool().drain(..).map(|w| w.id));
+        ids.extend(self.lock_session_pool().drain(..).map(|w| w.id));
         ids.sort();
         ids.dedup();
         if ids.is_empty() {
@@ -338,23 +355,48 @@ impl Inner {
 
     /// A ready container, and whether it came from the warm pool (else it is fresh).
     pub(super) async fn take(&self, image_id: &str) -> Result<(Warm, bool), Error> {
-        let pooled = self.lock_pool().pop_front();
-        if let Some(w) = pooled {
-            self.refill.notify_one();
-            return Ok((w, true));
-        }
-        self.launch(image_id).await.map(|w| (w, false))
+        self.take_of(image_id, false).await
     }
 
-    /// Keeps the warm pool at its configured size until the provider closes, backing off
-    /// while launches fail.
-    pub(super) fn spawn_refill(self: &Arc<Self>, image_id: String) {
-        if self.cfg.pool == 0 {
+    /// [`Inner::take`] from the runs' pool, or (`session`) from the never-used session
+    /// containers; a fresh container of that kind when the pool is empty.
+    pub(super) async fn take_of(
+        &self,
+        image_id: &str,
+        session: bool,
+    ) -> Result<(Warm, bool), Error> {
+        let pooled = {
+            let (mut pool, refill) = self.pool_of(session);
+            let w = pool.pop_front();
+            if w.is_some() {
+                refill.notify_one();
+            }
+            w
+        };
+        if let Some(w) = pooled {
+            return Ok((w, true));
+        }
+        self.launch_as(image_id, session).await.map(|w| (w, false))
+    }
+
+    /// Keeps the runs' warm pool (`SANDBOX_DOCKER_POOL`), or the never-used session
+    /// containers (`session`, `SANDBOX_SESSION_POOL`), at its size until the provider
+    /// closes, backing off while launches fail.
+    pub(super) fn spawn_refill(self: &Arc<Self>, image_id: String, session: bool) {
+        let want = if session {
+            self.cfg.session_pool
+        } else {
+            self.cfg.pool
+        };
+        if want == 0 {
             return;
         }
         let weak = Arc::downgrade(self);
-        let refill = self.refill.clone();
-        let want = self.cfg.pool;
+        let refill = if session {
+            self.session_refill.clone()
+        } else {
+            self.refill.clone()
+        };
         tokio::spawn(async move {
             let mut failures = 0u32;
             loop {
@@ -362,19 +404,19 @@ impl Inner {
                 if me.closed.load(Ordering::SeqCst) {
                     return;
                 }
-                if me.lock_pool().len() >= want {
+                if me.pool_of(session).0.len() >= want {
                     drop(me);
                     refill.notified().await;
                     continue;
                 }
-                match me.launch(&image_id).await {
+                match me.launch_as(&image_id, session).await {
                     Ok(w) => {
                         failures = 0;
                         if me.closed.load(Ordering::SeqCst) {
                             me.discard(w).await;
                             return;
                         }
-                        me.lock_pool().push_back(w);
+                        me.pool_of(session).0.push_back(w);
                     }
                     Err(_) if me.closed.load(Ordering::SeqCst) => return,
                     Err(e) => {

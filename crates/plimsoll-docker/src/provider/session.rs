@@ -78,8 +78,9 @@ impl Inner {
         if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(Error::Closed);
         }
-        let warm = self
-            .launch_as(&proven.image_id, true)
+        // A never-used one from the session pool, else a fresh one; never a run's.
+        let (warm, _pooled) = self
+            .take_of(&proven.image_id, true)
             .await
             .map_err(|e| Error::NoContainer(Box::new(e)))?;
         let checked = async {

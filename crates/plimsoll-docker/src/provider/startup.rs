@@ -82,6 +82,8 @@ impl Inner {
             proven: OnceLock::new(),
             pool: Mutex::new(VecDeque::new()),
             refill: Arc::new(Notify::new()),
+            session_pool: Mutex::new(VecDeque::new()),
+            session_refill: Arc::new(Notify::new()),
             live: Mutex::new(HashSet::new()),
             removing: AtomicUsize::new(0),
             removed: Notify::new(),
@@ -128,7 +130,8 @@ impl Inner {
             languages,
             policy,
         });
-        self.spawn_refill(image_id);
+        self.spawn_refill(image_id.clone(), false);
+        self.spawn_refill(image_id, true);
         Ok(())
     }
 
