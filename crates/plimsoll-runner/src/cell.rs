@@ -142,13 +142,24 @@ impl Capped {
         self.kept.extend_from_slice(&data[..data.len().min(room)]);
     }
 
-    /// Reads what the pipe holds now, without waiting.
+    /// Reads what the pipe holds now, without waiting. tokio's `try_read` answers
+    /// `WouldBlock` from its cached readiness, before its reactor has seen the pipe become
+    /// readable, so on `WouldBlock` the kernel itself is asked (the pipe is non-blocking):
+    /// output the interpreter flushed before its answer is never left behind.
     fn drain(&mut self, r: &pipe::Receiver, chunk: &mut [u8]) {
+        use std::os::fd::AsRawFd;
         while !self.closed {
             match r.try_read(chunk) {
                 Ok(0) => self.closed = true,
                 Ok(n) => self.push(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    match nix::unistd::read(r.as_raw_fd(), chunk) {
+                        Ok(0) => self.closed = true,
+                        Ok(n) => self.push(&chunk[..n]),
+                        Err(nix::errno::Errno::EAGAIN) => return,
+                        Err(_) => self.closed = true,
+                    }
+                }
                 Err(_) => self.closed = true,
             }
         }
