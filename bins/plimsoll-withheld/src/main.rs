@@ -131,45 +131,9 @@ enum ModeArg {
     Audit,
 }
 
-/// Rewrites Go-style single-dash long flags (`-set`, `-known=FILE`) to `--set`, `--known=FILE`
-/// for every long flag the command knows, up to a `--`.
+/// Rewrites Go-style single-dash long flags (`-set`, `-known=FILE`) to their `--long` forms.
 fn normalise_args(args: Vec<String>) -> Vec<String> {
-    let cmd = Cli::command();
-    let mut longs: Vec<String> = Vec::new();
-    let mut collect = |c: &clap::Command| {
-        for a in c.get_arguments() {
-            if let Some(l) = a.get_long() {
-                longs.push(l.to_owned());
-            }
-        }
-    };
-    collect(&cmd);
-    for sub in cmd.get_subcommands() {
-        collect(sub);
-    }
-    longs.extend(["help".to_owned(), "version".to_owned()]);
-    let mut out = Vec::with_capacity(args.len());
-    let mut rest = false;
-    for (i, a) in args.into_iter().enumerate() {
-        if i == 0 || rest {
-            out.push(a);
-            continue;
-        }
-        if a == "--" {
-            rest = true;
-            out.push(a);
-            continue;
-        }
-        if let Some(body) = a.strip_prefix('-').filter(|b| !b.starts_with('-')) {
-            let name = body.split_once('=').map_or(body, |(n, _)| n);
-            if name.len() > 1 && longs.iter().any(|l| l == name) {
-                out.push(format!("-{a}"));
-                continue;
-            }
-        }
-        out.push(a);
-    }
-    out
+    plimsoll_log::flags::go_style_flags(&Cli::command(), args)
 }
 
 enum Target {

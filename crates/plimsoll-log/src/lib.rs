@@ -1,6 +1,10 @@
 //! plimsoll-log: the one logging setup every plimsoll binary shares. Logs go to stderr,
 //! plain text on a terminal and JSON lines otherwise, unless `--log-format` says which.
 //! `RUST_LOG` filters (default `info`). It never decides what is logged, only how.
+//! [`flags`] holds the one command-line convention the binaries share beside it: Go-style
+//! single-dash long flags.
+
+pub mod flags;
 
 use std::io::IsTerminal;
 

@@ -10,6 +10,7 @@
 //! - [`sessions`]: the session conformance suite every session provider passes.
 //! - [`fake_cluster`]: a fake Kubernetes API server and agent-sandbox controller with real
 //!   terminator + sandboxd pods.
+//! - [`tsa`]: a live OpenSSL RFC 3161 time-stamp authority on loopback.
 
 pub mod ca;
 pub mod daemon;
@@ -18,4 +19,5 @@ pub mod fake_cluster;
 pub mod net;
 pub mod plimsolld;
 pub mod sessions;
+pub mod tsa;
 pub mod upstream;
