@@ -176,8 +176,9 @@ impl Entry {
         out
     }
 
-    /// The stored line: the content JSON with `link` as its last member.
-    pub(crate) fn join_line(content: &str, link: &Envelope) -> String {
+    /// The stored line (without newline): `content` (from [`Entry::content_json`]) with
+    /// `link` as its last member.
+    pub fn line_json(content: &str, link: &Envelope) -> String {
         let mut line = content[..content.len() - 1].to_owned();
         if content.len() > 2 {
             line.push(',');
@@ -550,7 +551,7 @@ impl Appender {
             },
         };
         let link_env = Envelope::sign(&self.key, link_statement(&link));
-        let line = Entry::join_line(&content, &link_env);
+        let line = Entry::line_json(&content, &link_env);
         if line.len() > MAX_LINE {
             return Err(BundleError::Refused(format!(
                 "the line would be {} bytes, more than {MAX_LINE}",

@@ -148,7 +148,7 @@ impl<'k> Verifier<'k> {
 
         // Byte-identical to the canonical encoding.
         let content = entry.content_json();
-        let canonical = Entry::join_line(&content, &link_env);
+        let canonical = Entry::line_json(&content, &link_env);
         if canonical.as_bytes() != line {
             let at = canonical
                 .bytes()
