@@ -658,3 +658,59 @@ fn random_mutations_never_panic_and_always_name_a_line() {
         }
     }
 }
+
+#[test]
+fn a_valid_line_from_another_bundle_is_named() {
+    // Two bundles by the same key: line 2 of one spliced into the other has the right
+    // index and a good signature, but not the right previous_sha256.
+    let key = SigningKey::generate().unwrap();
+    let (r1, p1) = run("1", "1");
+    let (r2, p2) = run("2", "2");
+    let (r3, p3) = run("3", "3");
+    let a = lines(&seal(
+        &key,
+        &[
+            Some(run_entry(&key, &r1, &p1)),
+            Some(run_entry(&key, &r2, &p2)),
+            None,
+        ],
+    ));
+    let b = lines(&seal(
+        &key,
+        &[
+            Some(run_entry(&key, &r3, &p3)),
+            Some(run_entry(&key, &r2, &p2)),
+            None,
+        ],
+    ));
+    assert_ne!(a[1], b[1]);
+    let mut m = a.clone();
+    m[1] = b[1].clone();
+    let (line, msg) = line_of(verify_bundle(&join(&m), &key.public()));
+    assert_eq!(line, 2, "{msg}");
+    assert!(
+        msg.contains("previous_sha256 does not match line 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn the_stored_record_must_be_the_signed_one() {
+    // The envelope signs one valid record, the stored response carries another valid one
+    // (different start time): each checks on its own, together they must not.
+    let key = SigningKey::generate().unwrap();
+    let (req, resp) = run("1", "1");
+    let mut other = resp.clone();
+    plimsoll_core::digest::stamp(&req, &mut other, "", 999, 1_005);
+    let env = plimsoll_attest::sign_record(&key, resp.record.as_ref().unwrap()).unwrap();
+    let entry = plimsoll_attest::bundle::Entry::exchange(&req, Some(&other), Some(env));
+    let (line, msg) = line_of(verify_bundle(
+        &seal(&key, &[Some(entry), None]),
+        &key.public(),
+    ));
+    assert_eq!(line, 1, "{msg}");
+    assert!(
+        msg.contains("differs from the signed record in started_unix_ms"),
+        "{msg}"
+    );
+}

@@ -49,6 +49,17 @@ fn openssl_keys_load_and_openssl_verifies_what_we_sign() {
     let theirs = PublicKey::from_spki_pem(&pub_pem).unwrap();
     assert_eq!(theirs.key_id(), key.key_id());
     std::fs::write(d.join("pub.pem"), &pub_pem).unwrap();
+    // The key ID is the SHA-256 of the SPKI DER as OpenSSL writes it.
+    openssl(
+        &[
+            "pkey", "-pubin", "-in", "pub.pem", "-outform", "DER", "-out", "pub.der",
+        ],
+        d,
+    );
+    assert_eq!(
+        key.key_id(),
+        common::sha(&std::fs::read(d.join("pub.der")).unwrap())
+    );
 
     // The PAE of a real record statement, signed by the crate.
     let (_, resp) = common::run("console.log(1)", "1\n");
