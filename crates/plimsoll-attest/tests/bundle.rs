@@ -714,3 +714,27 @@ fn the_stored_record_must_be_the_signed_one() {
         "{msg}"
     );
 }
+
+#[test]
+fn a_link_with_two_signatures_is_refused() {
+    // A second signature (another key's) added to a link: the statement and the harness
+    // signature are intact, but a link carries exactly one signature.
+    let key = SigningKey::generate().unwrap();
+    let other = SigningKey::generate().unwrap();
+    let (r1, p1) = run("1", "1");
+    let entries = [Some(run_entry(&key, &r1, &p1)), None];
+    let good = lines(&seal(&key, &entries));
+    let by_other = lines(&seal(&other, &entries));
+    let sig_of = |l: &[u8]| {
+        let s = String::from_utf8(l.to_vec()).unwrap();
+        let at = s.rfind("{\"keyid\":").unwrap();
+        s[at..s.len() - 3].to_owned()
+    };
+    let s = String::from_utf8(good[0].clone()).unwrap();
+    let two = format!("{},{}]}}}}", &s[..s.len() - 3], sig_of(&by_other[0]));
+    let mut m = good.clone();
+    m[0] = two.into_bytes();
+    let (line, msg) = line_of(verify_bundle(&join(&m), &key.public()));
+    assert_eq!(line, 1, "{msg}");
+    assert!(msg.contains("exactly one"), "{msg}");
+}
