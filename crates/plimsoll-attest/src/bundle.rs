@@ -176,6 +176,21 @@ impl Entry {
         out
     }
 
+    /// The stored line (without newline) and the length of the content JSON it starts
+    /// with (minus the closing brace, the content is the line's prefix).
+    pub(crate) fn write_line(&self, link: &Envelope) -> (String, usize) {
+        let mut line = self.content_json();
+        let content_len = line.len();
+        line.pop();
+        if content_len > 2 {
+            line.push(',');
+        }
+        line.push_str("\"link\":");
+        link.write_json(&mut line);
+        line.push('}');
+        (line, content_len)
+    }
+
     /// The stored line (without newline): `content` (from [`Entry::content_json`]) with
     /// `link` as its last member.
     pub fn line_json(content: &str, link: &Envelope) -> String {
@@ -370,7 +385,7 @@ impl Appender {
             let is_last = end.is_none_or(|e| e + 1 == rest.len());
             let Some(end) = end else { break };
             let line = &rest[..end];
-            if is_last && serde_json::from_slice::<RawEntry>(line).is_err() {
+            if is_last && serde_json::from_slice::<RawEntry<'_>>(line).is_err() {
                 break;
             }
             v.line(line)?;
@@ -655,5 +670,105 @@ mod tests {
             Expect::Digests(vec![d.clone(), d])
         );
         assert!(Expect::parse_digests("abc\n").is_err());
+    }
+}
+
+#[cfg(test)]
+mod perf {
+    use super::*;
+    use crate::verify::Verifier;
+    use std::time::Instant;
+
+    /// `cargo test -p plimsoll-attest --release -- --ignored perf --nocapture`: builds a
+    /// bundle of `PLIMSOLL_PERF_RUNS` (default 20,000) single runs in memory and compares
+    /// verification with reading + SHA-256 of every line.
+    #[test]
+    #[ignore]
+    fn perf_verify_against_hashing() {
+        let n: u64 = std::env::var("PLIMSOLL_PERF_RUNS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000);
+        let key = SigningKey::generate().unwrap();
+        let mut bundle = Vec::new();
+        let mut previous = String::new();
+        let t = Instant::now();
+        for i in 0..=n {
+            let index = i + 1;
+            let (content, link) = if i < n {
+                let req = pb::RunRequest {
+                    protocol: 5,
+                    timeout_ms: 5000,
+                    payload: Some(pb::run_request::Payload::Javascript(pb::JavaScriptRun {
+                        code: format!("console.log({i}); // {}", "x".repeat(200)),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                };
+                let mut resp = pb::RunResponse {
+                    sandbox: "process".into(),
+                    isolation: "process".into(),
+                    result: Some(pb::run_response::Result::Javascript(pb::JavaScriptResult {
+                        stdout: format!("{i}\n{}", "y".repeat(300)).into_bytes(),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                };
+                plimsoll_core::digest::stamp(&req, &mut resp, "", 1, 2);
+                let env = sign_record(&key, resp.record.as_ref().unwrap()).unwrap();
+                let content = Entry::exchange(&req, Some(&resp), Some(env)).content_json();
+                let link = Link {
+                    index,
+                    previous_sha256: previous.clone(),
+                    entry_sha256: sha256_hex(content.as_bytes()),
+                    ..Default::default()
+                };
+                (content, link)
+            } else {
+                let link = Link {
+                    index,
+                    previous_sha256: previous.clone(),
+                    checkpoint: true,
+                    lines: n,
+                    ..Default::default()
+                };
+                ("{}".to_owned(), link)
+            };
+            let line = Entry::line_json(&content, &Envelope::sign(&key, link_statement(&link)));
+            previous = sha256_hex(line.as_bytes());
+            bundle.extend_from_slice(line.as_bytes());
+            bundle.push(b'\n');
+        }
+        eprintln!(
+            "built {} lines, {} bytes in {:?}",
+            n + 1,
+            bundle.len(),
+            t.elapsed()
+        );
+
+        let t = Instant::now();
+        let mut count = 0;
+        for l in bundle.split(|&b| b == b'\n') {
+            count += sha256_hex(l).len();
+        }
+        let hashing = t.elapsed();
+        assert!(count > 0);
+
+        let t = Instant::now();
+        let mut v = Verifier::new(None);
+        for l in bundle[..bundle.len() - 1].split(|&b| b == b'\n') {
+            v.line(l).unwrap();
+        }
+        let unsigned = t.elapsed();
+
+        let t = Instant::now();
+        let s = verify_bundle(&bundle, &key.public()).unwrap();
+        let full = t.elapsed();
+        assert_eq!(s.runs, n);
+        eprintln!(
+            "sha256 of every line: {hashing:?}; verify without signatures: {unsigned:?} ({:.1}x); full verify: {full:?} ({:.1}x)",
+            unsigned.as_secs_f64() / hashing.as_secs_f64(),
+            full.as_secs_f64() / hashing.as_secs_f64()
+        );
     }
 }

@@ -2,6 +2,8 @@
 //! JSON `{"payloadType":…,"payload":<b64>,"signatures":[{"keyid":…,"sig":<b64>}]}` in the
 //! member order Go's struct emits.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 
 use crate::gojson::{self, Object};
@@ -47,21 +49,25 @@ pub struct Envelope {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawSignature {
-    keyid: String,
-    sig: String,
+pub(crate) struct RawSignature<'a> {
+    #[serde(borrow)]
+    keyid: Cow<'a, str>,
+    #[serde(borrow)]
+    sig: Cow<'a, str>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawEnvelope {
-    #[serde(rename = "payloadType")]
-    payload_type: String,
-    payload: String,
-    signatures: Vec<RawSignature>,
+pub(crate) struct RawEnvelope<'a> {
+    #[serde(rename = "payloadType", borrow)]
+    payload_type: Cow<'a, str>,
+    #[serde(borrow)]
+    payload: Cow<'a, str>,
+    #[serde(borrow)]
+    signatures: Vec<RawSignature<'a>>,
 }
 
-impl RawEnvelope {
+impl RawEnvelope<'_> {
     pub(crate) fn decode(self) -> Result<Envelope, AttestError> {
         let payload = gojson::decode_base64(&self.payload)
             .map_err(|e| AttestError::Envelope(format!("payload is not std base64: {e}")))?;
@@ -73,12 +79,12 @@ impl RawEnvelope {
                     sig: gojson::decode_base64(&s.sig).map_err(|e| {
                         AttestError::Envelope(format!("signature is not std base64: {e}"))
                     })?,
-                    keyid: s.keyid,
+                    keyid: s.keyid.into_owned(),
                 })
             })
             .collect::<Result<_, AttestError>>()?;
         Ok(Envelope {
-            payload_type: self.payload_type,
+            payload_type: self.payload_type.into_owned(),
             payload,
             signatures,
         })
@@ -126,7 +132,7 @@ impl Envelope {
 
     /// Decodes envelope JSON; unknown members, wrong types and bad base64 are refused.
     pub fn from_json(json: &[u8]) -> Result<Self, AttestError> {
-        let raw: RawEnvelope = serde_json::from_slice(json)
+        let raw: RawEnvelope<'_> = serde_json::from_slice(json)
             .map_err(|e| AttestError::Envelope(format!("not a DSSE envelope: {e}")))?;
         raw.decode()
     }

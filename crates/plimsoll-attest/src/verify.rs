@@ -1,6 +1,7 @@
 //! The line-by-line bundle verifier shared by [`crate::bundle::verify_bundle`] and the
 //! appender's reading of an existing bundle (which skips signatures).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use plimsoll_core::check::{check_run_linked, check_unanswered_run, CheckError};
@@ -17,15 +18,15 @@ use crate::{gojson, AttestError};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawEntry {
-    #[serde(default)]
-    request: Option<String>,
-    #[serde(default)]
-    response: Option<String>,
-    #[serde(default)]
-    envelope: Option<RawEnvelope>,
-    #[serde(default)]
-    link: Option<RawEnvelope>,
+pub(crate) struct RawEntry<'a> {
+    #[serde(default, borrow)]
+    request: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    response: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    envelope: Option<RawEnvelope<'a>>,
+    #[serde(default, borrow)]
+    link: Option<RawEnvelope<'a>>,
 }
 
 pub(crate) fn sha256_hex(b: &[u8]) -> String {
@@ -125,7 +126,7 @@ impl<'k> Verifier<'k> {
         }
         let raw: RawEntry =
             serde_json::from_slice(line).map_err(|e| err(n, format!("not a bundle entry: {e}")))?;
-        let dec = |s: Option<String>, what: &str| -> Result<Vec<u8>, BundleError> {
+        let dec = |s: Option<Cow<'_, str>>, what: &str| -> Result<Vec<u8>, BundleError> {
             match s {
                 None => Ok(Vec::new()),
                 Some(s) => gojson::decode_base64(&s)
@@ -147,8 +148,7 @@ impl<'k> Verifier<'k> {
         };
 
         // Byte-identical to the canonical encoding.
-        let content = entry.content_json();
-        let canonical = Entry::line_json(&content, &link_env);
+        let (canonical, content_len) = entry.write_line(&link_env);
         if canonical.as_bytes() != line {
             let at = canonical
                 .bytes()
@@ -196,7 +196,16 @@ impl<'k> Verifier<'k> {
         if subject != link.subject() {
             return Err(err(n, "the link's subject digest is not what it links"));
         }
-        let line_sha256 = sha256_hex(line);
+        // One pass over the line gives both digests: the content is the line up to where
+        // `link` starts, closed by `}` (the line is canonical, so this is exact).
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        let split = content_len - 1;
+        ctx.update(&line[..split]);
+        let mut content_ctx = ctx.clone();
+        content_ctx.update(b"}");
+        let entry_sha256 = hex::encode(content_ctx.finish());
+        ctx.update(&line[split..]);
+        let line_sha256 = hex::encode(ctx.finish());
         if link.checkpoint {
             if !entry.request.is_empty() || !entry.response.is_empty() || entry.envelope.is_some() {
                 return Err(err(n, "a checkpoint line carries an entry"));
@@ -222,7 +231,7 @@ impl<'k> Verifier<'k> {
             if link.lines != 0 {
                 return Err(err(n, "a non-checkpoint link carries lines"));
             }
-            if link.entry_sha256 != sha256_hex(content.as_bytes()) {
+            if link.entry_sha256 != entry_sha256 {
                 return Err(err(n, "link entry_sha256 does not match the entry"));
             }
             let Some(env) = &entry.envelope else {
