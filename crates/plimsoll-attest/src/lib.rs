@@ -75,7 +75,7 @@ pub fn sign_record(key: &SigningKey, rec: &pb::RunRecord) -> Result<dsse::Envelo
 /// `key`, the statement's shape, version rules, subject = `record_sha256` = recomputed.
 pub fn verify_record(env: &dsse::Envelope, key: &PublicKey) -> Result<pb::RunRecord, AttestError> {
     match statement::decode_statement(env.verify(key)?)? {
-        statement::Statement::Record(r) => Ok(r),
+        statement::Statement::Record(r) => Ok(*r),
         _ => Err(AttestError::Statement(
             "the envelope holds no run-record statement".into(),
         )),

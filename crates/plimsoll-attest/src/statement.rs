@@ -71,7 +71,7 @@ impl Link {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Statement {
     /// A run record whose digests were checked (subject = `record_sha256` = recomputed).
-    Record(pb::RunRecord),
+    Record(Box<pb::RunRecord>),
     /// A session close (subject = its fingerprint).
     Close(SessionClose),
     /// A bundle link and the subject digest it names.
@@ -292,7 +292,7 @@ pub fn decode_statement(payload: &[u8]) -> Result<Statement, AttestError> {
                     rec.record_sha256
                 )));
             }
-            Ok(Statement::Record(rec))
+            Ok(Statement::Record(Box::new(rec)))
         }
         SESSION_CLOSE_PREDICATE => {
             let p: ClosePredicate = serde_json::from_str(pred).map_err(predicate_err)?;

@@ -283,7 +283,7 @@ impl<'k> Verifier<'k> {
                 state.closed_at = Some(n);
                 Ok(())
             }
-            Statement::Record(rec) => self.record(n, entry, rec),
+            Statement::Record(rec) => self.record(n, entry, *rec),
         }
     }
 

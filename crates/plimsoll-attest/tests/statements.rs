@@ -99,7 +99,7 @@ fn the_decoder_refuses_malformed_statements() {
     let good = statement_json(&r);
     assert_eq!(
         decode_statement(good.as_bytes()).unwrap(),
-        Statement::Record(r.clone())
+        Statement::Record(Box::new(r.clone()))
     );
 
     // Unknown members at every level.

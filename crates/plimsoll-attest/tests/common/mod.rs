@@ -83,6 +83,7 @@ pub fn fp() -> String {
 }
 
 /// A session step.
+#[allow(clippy::large_enum_variant)]
 pub enum Step {
     Answered(pb::SessionRunRequest, pb::RunResponse),
     Unanswered(pb::SessionRunRequest, pb::RunRecord),
