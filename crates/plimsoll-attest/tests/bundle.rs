@@ -738,3 +738,30 @@ fn a_link_with_two_signatures_is_refused() {
     assert_eq!(line, 1, "{msg}");
     assert!(msg.contains("exactly one"), "{msg}");
 }
+
+#[test]
+fn a_bundle_of_one_checkpoint_verifies_and_oversized_lines_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.jsonl");
+    let key = SigningKey::generate().unwrap();
+    let (mut a, _) = Appender::open(&path, key.clone_for_test(), false).unwrap();
+    let cp = a.checkpoint().unwrap();
+    drop(a);
+    let bytes = fs::read(&path).unwrap();
+    assert_eq!(cp.line_sha256, sha(&bytes[..bytes.len() - 1]));
+    let s = verify_bundle(&bytes, &key.public()).unwrap();
+    assert_eq!((s.lines, s.runs, s.checkpoints.len()), (1, 0, 1));
+
+    // A line over the cap is refused before it is parsed, with or without a newline.
+    let mut big = bytes.clone();
+    big.extend(std::iter::repeat_n(
+        b'a',
+        plimsoll_attest::bundle::MAX_LINE + 1,
+    ));
+    let e = verify_bundle(&big, &key.public()).unwrap_err();
+    assert_eq!(e.line(), Some(2), "{e}");
+    assert!(e.to_string().contains("longer than"), "{e}");
+    big.push(b'\n');
+    let e = verify_bundle(&big, &key.public()).unwrap_err();
+    assert!(e.to_string().contains("line 2: longer than"), "{e}");
+}
