@@ -146,7 +146,7 @@ impl Envelope {
                 self.payload_type
             )));
         }
-        let id = key.key_id();
+        let id = key.key_id_str();
         let msg = pae(&self.payload_type, &self.payload);
         let ok = self
             .signatures

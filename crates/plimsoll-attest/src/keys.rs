@@ -30,6 +30,7 @@ const SPKI_PREFIX: [u8; 12] = [
 pub struct SigningKey {
     seed: [u8; 32],
     pair: Ed25519KeyPair,
+    public: PublicKey,
 }
 
 impl std::fmt::Debug for SigningKey {
@@ -41,6 +42,11 @@ impl std::fmt::Debug for SigningKey {
 }
 
 impl SigningKey {
+    fn new(seed: [u8; 32], pair: Ed25519KeyPair) -> Self {
+        let public = PublicKey::from_raw(pair.public_key().as_ref().try_into().expect("32 bytes"));
+        SigningKey { seed, pair, public }
+    }
+
     /// A new key from the system's random source.
     pub fn generate() -> Result<Self, AttestError> {
         let mut seed = [0u8; 32];
@@ -53,7 +59,7 @@ impl SigningKey {
     fn from_seed(seed: [u8; 32]) -> Result<Self, AttestError> {
         let pair = Ed25519KeyPair::from_seed_unchecked(&seed)
             .map_err(|e| AttestError::Key(format!("not an Ed25519 seed: {e}")))?;
-        Ok(SigningKey { seed, pair })
+        Ok(SigningKey::new(seed, pair))
     }
 
     /// Reads a PKCS#8 `PRIVATE KEY` PEM holding an Ed25519 key (v1 or v2).
@@ -95,7 +101,7 @@ impl SigningKey {
             ));
         }
         let seed: [u8; 32] = der[16..48].try_into().expect("32 bytes");
-        Ok(SigningKey { seed, pair })
+        Ok(SigningKey::new(seed, pair))
     }
 
     /// PKCS#8 v1 DER (version 0, seed only), as openssl and Go write it.
@@ -112,19 +118,12 @@ impl SigningKey {
 
     /// The public half.
     pub fn public(&self) -> PublicKey {
-        PublicKey {
-            raw: self
-                .pair
-                .public_key()
-                .as_ref()
-                .try_into()
-                .expect("32 bytes"),
-        }
+        self.public.clone()
     }
 
     /// The key ID: hex SHA-256 of the public key's SPKI DER.
     pub fn key_id(&self) -> String {
-        self.public().key_id()
+        self.public.key_id()
     }
 
     /// An Ed25519 signature over `msg`.
@@ -137,6 +136,8 @@ impl SigningKey {
 #[derive(Clone, PartialEq, Eq)]
 pub struct PublicKey {
     raw: [u8; 32],
+    /// The key ID, computed once (verification compares it on every signature).
+    id: String,
 }
 
 impl std::fmt::Debug for PublicKey {
@@ -160,9 +161,14 @@ impl PublicKey {
                 "not an Ed25519 SubjectPublicKeyInfo (only Ed25519 keys are used)".into(),
             ));
         }
-        Ok(PublicKey {
-            raw: der[12..].try_into().expect("32 bytes"),
-        })
+        Ok(PublicKey::from_raw(der[12..].try_into().expect("32 bytes")))
+    }
+
+    fn from_raw(raw: [u8; 32]) -> Self {
+        let mut der = SPKI_PREFIX.to_vec();
+        der.extend_from_slice(&raw);
+        let id = hex::encode(ring::digest::digest(&ring::digest::SHA256, &der));
+        PublicKey { raw, id }
     }
 
     /// The raw 32-byte key.
@@ -184,10 +190,12 @@ impl PublicKey {
 
     /// The key ID: lowercase hex SHA-256 of the SPKI DER.
     pub fn key_id(&self) -> String {
-        hex::encode(ring::digest::digest(
-            &ring::digest::SHA256,
-            &self.to_spki_der(),
-        ))
+        self.id.clone()
+    }
+
+    /// The key ID without a copy.
+    pub fn key_id_str(&self) -> &str {
+        &self.id
     }
 
     /// Whether `sig` is this key's Ed25519 signature over `msg`.
