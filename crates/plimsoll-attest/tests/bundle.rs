@@ -765,3 +765,36 @@ fn a_bundle_of_one_checkpoint_verifies_and_oversized_lines_are_refused() {
     let e = verify_bundle(&big, &key.public()).unwrap_err();
     assert!(e.to_string().contains("line 2: longer than"), "{e}");
 }
+
+#[test]
+fn a_second_appender_waits_for_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.jsonl");
+    let key = SigningKey::generate().unwrap();
+    let (mut first, _) = Appender::open(&path, key.clone_for_test(), false).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    let k = key.clone_for_test();
+    let waiter = std::thread::spawn(move || {
+        let (mut second, report) = Appender::open(&p, k, false).unwrap();
+        // It sees what the first appender wrote before it let go.
+        tx.send(report.lines).unwrap();
+        second.checkpoint().unwrap();
+    });
+    assert!(
+        rx.recv_timeout(std::time::Duration::from_millis(300))
+            .is_err(),
+        "the second appender got in while the first held the lock"
+    );
+    let (req, resp) = run("1", "1");
+    first.append_run(&req, &resp).unwrap();
+    first.checkpoint().unwrap();
+    drop(first);
+    assert_eq!(
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap(),
+        2
+    );
+    waiter.join().unwrap();
+    let s = verify_bundle(&fs::read(&path).unwrap(), &key.public()).unwrap();
+    assert_eq!((s.lines, s.runs), (3, 1));
+}
