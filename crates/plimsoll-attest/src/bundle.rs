@@ -152,6 +152,17 @@ impl Entry {
         }
     }
 
+    /// A single run as [`write_unsealed`] should keep it when it could not be appended:
+    /// the exchange, and the signed record if the exchange passes the client check (a
+    /// failing one is kept unsigned, never signed).
+    pub fn unsealed_run(key: &SigningKey, req: &pb::RunRequest, resp: &pb::RunResponse) -> Self {
+        let envelope = check_answer(req, resp)
+            .ok()
+            .and_then(|()| resp.record.as_ref())
+            .and_then(|rec| sign_record(key, rec).ok());
+        Entry::exchange(req, Some(resp), envelope)
+    }
+
     /// The entry's JSON without `link` (what the content digest covers).
     pub fn content_json(&self) -> String {
         let mut out = String::with_capacity(

@@ -41,6 +41,12 @@ impl std::fmt::Debug for SigningKey {
     }
 }
 
+impl Clone for SigningKey {
+    fn clone(&self) -> Self {
+        Self::from_seed(self.seed).expect("a seed that loaded once loads again")
+    }
+}
+
 impl SigningKey {
     fn new(seed: [u8; 32], pair: Ed25519KeyPair) -> Self {
         let public = PublicKey::from_raw(pair.public_key().as_ref().try_into().expect("32 bytes"));

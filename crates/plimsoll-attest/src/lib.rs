@@ -16,7 +16,10 @@ pub mod keys;
 pub mod statement;
 mod verify;
 
-pub use bundle::{verify_bundle, verify_expected, Appender, BundleError, Expect, Summary};
+pub use bundle::{
+    verify_bundle, verify_expected, write_unsealed, Appender, BundleError, Checkpoint, Entry,
+    Expect, OpenReport, StoredRun, Summary,
+};
 pub use keys::{PublicKey, SigningKey};
 pub use statement::SessionClose;
 

@@ -18,7 +18,7 @@ use prost::Message as _;
 /// Two runs and a checkpoint, then a session (3 answered calls and one unanswered), its
 /// close, an empty session's close, another run and a checkpoint.
 fn write_full(path: &std::path::Path, key: &SigningKey) -> Vec<String> {
-    let (mut a, report) = Appender::open(path, key.clone_for_test(), false).unwrap();
+    let (mut a, report) = Appender::open(path, key.clone(), false).unwrap();
     assert!(report.created);
     let mut digests = Vec::new();
     for i in 0..2 {
@@ -47,15 +47,6 @@ fn write_full(path: &std::path::Path, key: &SigningKey) -> Vec<String> {
     let cp = a.checkpoint().unwrap();
     assert_eq!(cp.index, 11);
     digests
-}
-
-trait CloneForTest {
-    fn clone_for_test(&self) -> SigningKey;
-}
-impl CloneForTest for SigningKey {
-    fn clone_for_test(&self) -> SigningKey {
-        SigningKey::from_pkcs8_pem(&self.to_pkcs8_pem()).unwrap()
-    }
 }
 
 fn setup() -> (
@@ -399,7 +390,7 @@ fn a_partial_append_is_truncated_on_reopen() {
     let path = dir.path().join("b.jsonl");
     let key = SigningKey::generate().unwrap();
     {
-        let (mut a, _) = Appender::open(&path, key.clone_for_test(), false).unwrap();
+        let (mut a, _) = Appender::open(&path, key.clone(), false).unwrap();
         let (req, resp) = run("1", "1");
         a.append_run(&req, &resp).unwrap();
         a.checkpoint().unwrap();
@@ -413,7 +404,7 @@ fn a_partial_append_is_truncated_on_reopen() {
     fs::write(&path, &partial).unwrap();
     assert!(verify_bundle(&partial, &key.public()).is_err());
 
-    let (mut a, report) = Appender::open(&path, key.clone_for_test(), false).unwrap();
+    let (mut a, report) = Appender::open(&path, key.clone(), false).unwrap();
     assert!(!report.created);
     assert_eq!(report.lines, 2);
     assert_eq!(report.truncated_bytes, half.len() as u64);
@@ -430,7 +421,7 @@ fn a_partial_append_is_truncated_on_reopen() {
     let before = f.len();
     f.extend_from_slice(b"{\"req\n");
     fs::write(&path, &f).unwrap();
-    let (_a, report) = Appender::open(&path, key.clone_for_test(), false).unwrap();
+    let (_a, report) = Appender::open(&path, key.clone(), false).unwrap();
     assert_eq!(report.truncated_bytes, 6);
     drop(_a);
     assert_eq!(fs::read(&path).unwrap().len(), before);
@@ -439,7 +430,7 @@ fn a_partial_append_is_truncated_on_reopen() {
     let mut ls = lines(&fs::read(&path).unwrap());
     ls[1][5] ^= 1;
     fs::write(&path, join(&ls)).unwrap();
-    let e = Appender::open(&path, key.clone_for_test(), false).unwrap_err();
+    let e = Appender::open(&path, key.clone(), false).unwrap_err();
     assert_eq!(e.line(), Some(2), "{e}");
 }
 
@@ -448,16 +439,16 @@ fn file_modes_are_enforced() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b.jsonl");
     let key = SigningKey::generate().unwrap();
-    drop(Appender::open(&path, key.clone_for_test(), false).unwrap());
+    drop(Appender::open(&path, key.clone(), false).unwrap());
     assert_eq!(
         fs::metadata(&path).unwrap().permissions().mode() & 0o777,
         0o600
     );
     fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-    let e = Appender::open(&path, key.clone_for_test(), false).unwrap_err();
+    let e = Appender::open(&path, key.clone(), false).unwrap_err();
     assert!(matches!(e, BundleError::Refused(_)), "{e}");
     assert!(e.to_string().contains("0644"), "{e}");
-    let (_a, r) = Appender::open(&path, key.clone_for_test(), true).unwrap();
+    let (_a, r) = Appender::open(&path, key.clone(), true).unwrap();
     assert!(!r.created);
 }
 
@@ -466,7 +457,7 @@ fn the_appender_signs_only_what_checks() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b.jsonl");
     let key = SigningKey::generate().unwrap();
-    let (mut a, _) = Appender::open(&path, key.clone_for_test(), false).unwrap();
+    let (mut a, _) = Appender::open(&path, key.clone(), false).unwrap();
 
     // Below the floor: never signed.
     let (mut req, resp) = run("1", "1");
@@ -522,7 +513,7 @@ fn the_appender_signs_only_what_checks() {
     );
 
     // Reopened, the appender still knows the session is closed.
-    let (mut a, _) = Appender::open(&path, key.clone_for_test(), false).unwrap();
+    let (mut a, _) = Appender::open(&path, key.clone(), false).unwrap();
     assert!(a.append_session_call(r3, p3).is_err());
     assert!(a.append_close(&close_of(&steps)).is_err());
 }
@@ -546,6 +537,19 @@ fn unsealed_records_get_their_own_file() {
     assert_eq!(text, format!("{}\n", entry.content_json()));
     let again = plimsoll_attest::bundle::write_unsealed(&bundle, &entry).unwrap();
     assert_ne!(again, p);
+
+    // The convenience form signs only an exchange that checks.
+    assert_eq!(
+        plimsoll_attest::Entry::unsealed_run(&key, &req, &resp),
+        entry
+    );
+    let mut forged = resp.clone();
+    if let Some(pb::run_response::Result::Javascript(j)) = &mut forged.result {
+        j.stdout = b"2".to_vec();
+    }
+    let unsigned = plimsoll_attest::Entry::unsealed_run(&key, &req, &forged);
+    assert!(unsigned.envelope.is_none());
+    assert!(!unsigned.response.is_empty());
 }
 
 #[test]
@@ -744,7 +748,7 @@ fn a_bundle_of_one_checkpoint_verifies_and_oversized_lines_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b.jsonl");
     let key = SigningKey::generate().unwrap();
-    let (mut a, _) = Appender::open(&path, key.clone_for_test(), false).unwrap();
+    let (mut a, _) = Appender::open(&path, key.clone(), false).unwrap();
     let cp = a.checkpoint().unwrap();
     drop(a);
     let bytes = fs::read(&path).unwrap();
@@ -771,10 +775,10 @@ fn a_second_appender_waits_for_the_lock() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("b.jsonl");
     let key = SigningKey::generate().unwrap();
-    let (mut first, _) = Appender::open(&path, key.clone_for_test(), false).unwrap();
+    let (mut first, _) = Appender::open(&path, key.clone(), false).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let p = path.clone();
-    let k = key.clone_for_test();
+    let k = key.clone();
     let waiter = std::thread::spawn(move || {
         let (mut second, report) = Appender::open(&p, k, false).unwrap();
         // It sees what the first appender wrote before it let go.
