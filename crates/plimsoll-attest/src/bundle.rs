@@ -156,10 +156,10 @@ impl Entry {
     /// the exchange, and the signed record if the exchange passes the client check (a
     /// failing one is kept unsigned, never signed).
     pub fn unsealed_run(key: &SigningKey, req: &pb::RunRequest, resp: &pb::RunResponse) -> Self {
-        let envelope = check_answer(req, resp)
-            .ok()
-            .and_then(|()| resp.record.as_ref())
-            .and_then(|rec| sign_record(key, rec).ok());
+        let envelope = match (check_answer(req, resp), &resp.record) {
+            (Ok(()), Some(rec)) => sign_record(key, rec).ok(),
+            _ => None,
+        };
         Entry::exchange(req, Some(resp), envelope)
     }
 
