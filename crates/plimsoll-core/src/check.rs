@@ -105,6 +105,18 @@ pub fn check_session_answer(
     check_linked(&session_call_as_run(sent), answer, expected)
 }
 
+/// Checks a stored exchange in bundle form: the request as a `RunRequest` (a session call
+/// through [`session_call_as_run`]) and its answer, against `expected` (the default
+/// [`ChainLink`] for a single run, which must then carry no chain fields). This is exactly
+/// the check [`check_answer`] and [`check_session_answer`] make.
+pub fn check_run_linked(
+    sent: &pb::RunRequest,
+    answer: &pb::RunResponse,
+    expected: &ChainLink,
+) -> Result<(), CheckError> {
+    check_linked(sent, answer, expected)
+}
+
 fn check_linked(
     sent: &pb::RunRequest,
     answer: &pb::RunResponse,
@@ -138,6 +150,19 @@ pub fn check_unanswered(
     expected: &ChainLink,
     opened: &SessionEvidence,
 ) -> Result<(), CheckError> {
+    check_unanswered_run(&session_call_as_run(sent), rec, expected, Some(opened))
+}
+
+/// Checks a version-3 record against the call in `RunRequest` form (bundle form): what
+/// [`check_unanswered`] checks. Without `opened` (a bundle does not keep what the session
+/// stated at open) the provider, tier and software identity are not compared with it; the
+/// rest (no result, a known code, request digest, rule, floor, own digest, chain) is.
+pub fn check_unanswered_run(
+    sent: &pb::RunRequest,
+    rec: &pb::RunRecord,
+    expected: &ChainLink,
+    opened: Option<&SessionEvidence>,
+) -> Result<(), CheckError> {
     if rec.version != UNANSWERED_RECORD_VERSION {
         return Err(CheckError::Version(rec.version));
     }
@@ -150,15 +175,17 @@ pub fn check_unanswered(
             rec.unanswered
         )));
     }
-    same("provider", &opened.provider, &rec.provider)?;
-    same("isolation", &opened.isolation, &rec.isolation)?;
-    // The open answer states no environment, so that one field is not compared.
-    same(
-        "software_identity",
-        &opened.software_identity,
-        &rec.software_identity,
-    )?;
-    check_record(&session_call_as_run(sent), rec, expected)
+    if let Some(opened) = opened {
+        same("provider", &opened.provider, &rec.provider)?;
+        same("isolation", &opened.isolation, &rec.isolation)?;
+        // The open answer states no environment, so that one field is not compared.
+        same(
+            "software_identity",
+            &opened.software_identity,
+            &rec.software_identity,
+        )?;
+    }
+    check_record(sent, rec, expected)
 }
 
 /// What every record check shares: request digest, rule id, floor, own digest, chain link.

@@ -159,3 +159,43 @@ fn unanswered_records_keep_their_place_and_are_checked() {
     assert!(check_unanswered(&req, &rec, &l, &other).is_err());
     assert!(check_unanswered(&req, &rec, &link(&fp, 5, "ab"), &ev).is_err());
 }
+
+#[test]
+fn the_bundle_form_checks_are_the_live_checks() {
+    use plimsoll_core::check::{check_run_linked, check_unanswered_run};
+    let fp = session_fingerprint("00112233445566778899aabbccddeeff");
+    let req = call("a");
+    let l = link(&fp, 1, "");
+    let a = answer(&req, "out", &l);
+    let as_run = session_call_as_run(&req);
+    check_run_linked(&as_run, &a, &l).unwrap();
+    assert_eq!(
+        check_run_linked(&as_run, &a, &link(&fp, 2, "")),
+        check_session_answer(&req, &a, &link(&fp, 2, ""))
+    );
+    // Without the open evidence the unanswered check still checks the rest; with it, the
+    // evidence must match.
+    let ev = SessionEvidence {
+        provider: "process".into(),
+        isolation: "process".into(),
+        ..Default::default()
+    };
+    let rec = unanswered_record(&as_run, &ev, "unavailable", (1, 2), &l);
+    check_unanswered_run(&as_run, &rec, &l, None).unwrap();
+    let other = SessionEvidence {
+        provider: "docker".into(),
+        ..ev.clone()
+    };
+    assert!(check_unanswered_run(&as_run, &rec, &l, Some(&other)).is_err());
+    assert!(check_unanswered(&req, &rec, &l, &other).is_err());
+    assert!(matches!(
+        check_unanswered_run(&as_run, &rec, &link(&fp, 2, ""), None),
+        Err(CheckError::Chain {
+            field: "sequence",
+            ..
+        })
+    ));
+    let mut bad = rec.clone();
+    bad.record_sha256 = "0".repeat(64);
+    assert!(check_unanswered_run(&as_run, &bad, &l, None).is_err());
+}
