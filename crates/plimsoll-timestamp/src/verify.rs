@@ -754,8 +754,13 @@ impl Chain<'_, '_> {
             &what,
         ) {
             Ok(()) => Ok(true),
+            // A link that does not verify is a chain failure, whatever the reason.
+            Err(Error::BadSignature(what)) => {
+                self.failure = Some(Error::NotChained(format!("the signature of {what}")));
+                Ok(false)
+            }
             Err(e) => {
-                self.failure = Some(e);
+                self.failure = Some(Error::NotChained(e.to_string()));
                 Ok(false)
             }
         }
