@@ -218,12 +218,18 @@ pub(crate) fn read_oid(r: &mut Reader<'_>, what: &str) -> Result<String, Error> 
     oid_text(tlv.value, ctx)
 }
 
-/// Reads an AlgorithmIdentifier, answering its OID (parameters are ignored: for the hash
-/// and signature algorithms here they are absent or NULL).
+/// Reads an AlgorithmIdentifier, answering its OID. The hash and signature algorithms read
+/// here have no parameters, so anything but absent or NULL parameters is refused.
 pub(crate) fn read_algorithm(r: &mut Reader<'_>, what: &str) -> Result<String, Error> {
     let ctx = r.ctx();
     let mut alg = r.nested(tag::SEQUENCE, what, ctx)?;
     let oid = read_oid(&mut alg, what)?;
+    if let Some(p) = alg.optional(tag::NULL)? {
+        if !p.value.is_empty() {
+            return Err(malformed(ctx, format!("{what} parameters are not NULL")));
+        }
+    }
+    alg.finish()?;
     Ok(oid)
 }
 

@@ -179,8 +179,22 @@ fn parse_token(token: &[u8]) -> Result<Token<'_>, Error> {
     let ctx = "token SignedData";
     let mut sd = explicit.nested(tag::SEQUENCE, "SignedData", ctx)?;
     explicit.finish()?;
-    sd.expect(tag::INTEGER, "version")?;
-    sd.expect(tag::SET, "digestAlgorithms")?;
+    let version = der::small_uint(&sd.expect(tag::INTEGER, "version")?, ctx)?;
+    if version != 3 {
+        // RFC 5652 §5.1: version 3 whenever eContentType is not id-data.
+        return Err(malformed(ctx, format!("version {version}, expected 3")));
+    }
+    let mut digest_algs = Vec::new();
+    let mut da = sd.nested(tag::SET, "digestAlgorithms", "token digestAlgorithms")?;
+    while !da.is_empty() {
+        if digest_algs.len() >= 8 {
+            return Err(malformed(da.ctx(), "too many digest algorithms"));
+        }
+        digest_algs.push(Hash::from_oid(&der::read_algorithm(
+            &mut da,
+            "digestAlgorithm",
+        )?)?);
+    }
     let mut eci = sd.nested(tag::SEQUENCE, "encapContentInfo", "token encapContentInfo")?;
     let ect = der::read_oid(&mut eci, "eContentType")?;
     if ect != OID_TST_INFO {
@@ -220,6 +234,12 @@ fn parse_token(token: &[u8]) -> Result<Token<'_>, Error> {
         ));
     }
     let signer = parse_signer_info(si)?;
+    if !digest_algs.contains(&signer.digest) {
+        return Err(malformed(
+            ctx,
+            "the signer's digest algorithm is not among the digestAlgorithms",
+        ));
+    }
     Ok(Token {
         e_content,
         certs,
@@ -228,7 +248,19 @@ fn parse_token(token: &[u8]) -> Result<Token<'_>, Error> {
 }
 
 fn parse_signer_info(mut si: Reader<'_>) -> Result<SignerInfo<'_>, Error> {
-    si.expect(tag::INTEGER, "version")?;
+    let version = der::small_uint(&si.expect(tag::INTEGER, "version")?, si.ctx())?;
+    let expected = if si.peek_tag() == Some(tag::SEQUENCE) {
+        1
+    } else {
+        3
+    };
+    if version != expected {
+        // RFC 5652 §5.3: 1 with issuerAndSerialNumber, 3 with subjectKeyIdentifier.
+        return Err(malformed(
+            si.ctx(),
+            format!("version {version}, expected {expected} for its signer identifier"),
+        ));
+    }
     let sid = match si.peek_tag() {
         Some(tag::SEQUENCE) => {
             let mut ias = si.nested(tag::SEQUENCE, "IssuerAndSerialNumber", si.ctx())?;
@@ -360,7 +392,7 @@ fn parse_tst_info(e_content: &[u8]) -> Result<TstInfo<'_>, Error> {
 
 fn parse_cert<'a>(der_bytes: &'a [u8], what: &'static str) -> Result<X509Certificate<'a>, Error> {
     match X509Certificate::from_der(der_bytes) {
-        Ok((rest, c)) if rest.is_empty() => Ok(c),
+        Ok(([], c)) => Ok(c),
         Ok(_) => Err(malformed(what, "trailing bytes after the certificate")),
         Err(e) => Err(malformed(what, e.to_string())),
     }
@@ -734,6 +766,16 @@ impl Chain<'_, '_> {
         cert: &X509Certificate<'_>,
         issuer: &X509Certificate<'_>,
     ) -> Result<bool, Error> {
+        if cert.signature_algorithm != cert.tbs_certificate.signature
+            || cert.signature_value.unused_bits != 0
+        {
+            self.failure = Some(Error::NotChained(format!(
+                "certificate {} has a signature algorithm that differs from its TBS, or a \
+                 signature with unused bits",
+                name_text(cert.subject())
+            )));
+            return Ok(false);
+        }
         self.checks += 1;
         if self.checks > MAX_CHAIN_SIGNATURE_CHECKS {
             return Err(Error::NotChained(
