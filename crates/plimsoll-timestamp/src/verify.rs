@@ -813,6 +813,79 @@ impl Chain<'_, '_> {
 mod tests {
     use super::*;
 
+    /// The sigstage TSA certificate (the leaf of `ts_chain.pem`).
+    fn sigstage_leaf() -> Vec<u8> {
+        let p = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../testdata/tsa/sigstage/ts_chain.pem"
+        );
+        crate::certificates_from_pem(&std::fs::read_to_string(p).unwrap())
+            .unwrap()
+            .remove(0)
+    }
+
+    /// SigningCertificate(V2) { certs { ESSCertID(v2) { [hashAlgorithm,] certHash [, issuerSerial] } } }
+    fn signing_cert(alg: Option<&str>, hash: &[u8], serial: Option<&[u8]>) -> Vec<u8> {
+        let mut id = Vec::new();
+        if let Some(a) = alg {
+            id.extend(der::cons(tag::SEQUENCE, &[&der::oid(a)]));
+        }
+        id.extend(der::tlv(tag::OCTET_STRING, hash));
+        if let Some(s) = serial {
+            let names = der::tlv(tag::SEQUENCE, &[]);
+            id.extend(der::cons(
+                tag::SEQUENCE,
+                &[&names, &der::tlv(tag::INTEGER, s)],
+            ));
+        }
+        let id = der::tlv(tag::SEQUENCE, &id);
+        der::tlv(tag::SEQUENCE, &der::tlv(tag::SEQUENCE, &id))
+    }
+
+    #[test]
+    fn ess_binding_matches_the_signer_only() {
+        let leaf_der = sigstage_leaf();
+        let (_, leaf) = X509Certificate::from_der(&leaf_der).unwrap();
+        let serial = leaf.raw_serial().to_vec();
+        let sha256 = crypto::hash(Hash::Sha256, &leaf_der);
+        let sha1 = crypto::hash(Hash::Sha1, &leaf_der);
+        let sha512 = crypto::hash(Hash::Sha512, &leaf_der);
+        let v2 = |raw: &[u8]| {
+            let attrs = SignedAttrs {
+                signing_cert_v2: Some(raw),
+                ..SignedAttrs::default()
+            };
+            check_ess(&attrs, &leaf_der, &leaf)
+        };
+        let v1 = |raw: &[u8]| {
+            let attrs = SignedAttrs {
+                signing_cert: Some(raw),
+                ..SignedAttrs::default()
+            };
+            check_ess(&attrs, &leaf_der, &leaf)
+        };
+        v2(&signing_cert(None, &sha256, None)).unwrap();
+        v2(&signing_cert(None, &sha256, Some(&serial))).unwrap();
+        v2(&signing_cert(Some(crypto::OID_SHA512), &sha512, None)).unwrap();
+        v1(&signing_cert(None, &sha1, Some(&serial))).unwrap();
+        let mut other = sha256.clone();
+        other[0] ^= 1;
+        for bad in [
+            v2(&signing_cert(None, &other, None)),
+            v2(&signing_cert(None, &sha256, Some(&[0x01]))),
+            v2(&signing_cert(Some(crypto::OID_SHA512), &sha256, None)),
+            v1(&signing_cert(None, &sha256, None)),
+        ] {
+            let err = bad.unwrap_err();
+            assert!(matches!(err, Error::SigningCertificate(_)), "{err}");
+        }
+        let none = check_ess(&SignedAttrs::default(), &leaf_der, &leaf).unwrap_err();
+        assert!(
+            none.to_string().contains("neither signingCertificate"),
+            "{none}"
+        );
+    }
+
     #[test]
     fn fail_info_bits_are_named() {
         // BIT STRING contents: unused-bits octet, then bit 0 (badAlg) and bit 2 (badRequest).

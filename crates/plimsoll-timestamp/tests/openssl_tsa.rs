@@ -405,9 +405,9 @@ fn tampered_openssl_answer_fails() {
     assert!(matches!(err, Error::NonceMismatch { .. }), "{err}");
 }
 
-/// Re-signs the TSTInfo of a real OpenSSL token with `cert` via `openssl cms -sign -cades`
-/// (which adds signingCertificateV2), answering the new token.
-fn cms_token(tag: &str, cert: &str) -> (TimeStampRequest, Vec<u8>) {
+/// Re-signs the TSTInfo of a real OpenSSL token with `cert` via `openssl cms -sign`, with
+/// `-cades` (which adds signingCertificateV2) when `ess`, answering the new token.
+fn cms_token(tag: &str, cert: &str, ess: bool) -> (TimeStampRequest, Vec<u8>) {
     let pki = pki();
     let d = pki.dir.path();
     let (req, resp) = stamp("/rsa", HashAlg::Sha256, b"what ran");
@@ -446,15 +446,8 @@ fn cms_token(tag: &str, cert: &str) -> (TimeStampRequest, Vec<u8>) {
     openssl_ok(
         d,
         &[
-            &[
-                "cms",
-                "-sign",
-                "-binary",
-                "-nodetach",
-                "-outform",
-                "DER",
-                "-cades",
-            ][..],
+            &["cms", "-sign", "-binary", "-nodetach", "-outform", "DER"][..],
+            if ess { &["-cades"][..] } else { &[] },
             &[
                 "-econtent_type",
                 "1.2.840.113549.1.9.16.1.4",
@@ -499,10 +492,10 @@ fn tsa_certificate_without_critical_eku_is_refused() {
     );
     // The same TSTInfo signed by the critical-EKU certificate through `openssl cms` verifies,
     // so the CMS path makes acceptable tokens...
-    let (req, token) = cms_token("crit", "rsa.pem");
+    let (req, token) = cms_token("crit", "rsa.pem", true);
     verify_token(&token, req.imprint(), Some(req.nonce()), &pki.root(), &[]).unwrap();
     // ...and with the non-critical one it fails on the EKU alone.
-    let (req, token) = cms_token("noncrit", "noncrit.pem");
+    let (req, token) = cms_token("noncrit", "noncrit.pem", true);
     let err = verify_token(&token, req.imprint(), Some(req.nonce()), &pki.root(), &[]).unwrap_err();
     assert!(matches!(err, Error::EkuNotCritical), "{err}");
     assert!(
@@ -538,4 +531,15 @@ fn send_refuses_oversized_wrong_type_and_slow_answers() {
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     let err = rt.block_on(send("ftp://127.0.0.1/", &req, t)).unwrap_err();
     assert!(matches!(err, Error::Http { .. }), "{err}");
+}
+
+#[test]
+fn token_without_signing_certificate_binding_is_refused() {
+    let pki = pki();
+    // `openssl cms -sign` without `-cades` adds no signingCertificate(V2) attribute.
+    let (req, token) = cms_token("noess", "rsa.pem", false);
+    let err = verify_token(&token, req.imprint(), Some(req.nonce()), &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::SigningCertificate(_)), "{err}");
+    assert!(err.to_string().contains("ESSCertID"), "{err}");
+    // A binding that names another certificate: `verify::tests::ess_binding_matches_the_signer_only`.
 }
