@@ -34,6 +34,18 @@ basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=timeStamping
 subjectKeyIdentifier=hash
+[tsa_noeku]
+basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=critical,serverAuth
+[tsa_extra]
+basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=critical,timeStamping,codeSigning
+[notca]
+basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyCertSign
+subjectKeyIdentifier=hash
 ";
 
 /// The `[tsa]` sections `openssl ts -reply` signs with, one per HTTP path.
@@ -54,6 +66,17 @@ fn ts_cnf(dir: &Path) -> String {
         section("ec384", "ec.pem", "ec.key", "sha384", "sha256", &inter),
         section("ec512", "ec.pem", "ec.key", "sha512", "sha256", &inter),
         section("noncrit", "noncrit.pem", "rsa.key", "sha256", "sha256", ""),
+        // The P-384 TSA without its intermediate in the token.
+        section("ec384bare", "ec.pem", "ec.key", "sha384", "sha256", ""),
+        // A TSA certificate issued by a certificate that is not a CA.
+        section(
+            "undernotca",
+            "under-notca.pem",
+            "rsa.key",
+            "sha256",
+            "sha256",
+            &format!("certs = {d}/notca.pem"),
+        ),
     ]
     .concat()
 }
@@ -184,6 +207,31 @@ fn pki() -> &'static Pki {
         let p384 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"];
         csr("ec.key", &p384, "/CN=plimsoll test TSA P-384", "ec.csr");
         sign("ec.csr", "inter.pem", "inter.key", "5", "ec.pem", "tsa");
+        sign("rsa.csr", "ca.pem", "ca.key", "6", "noeku.pem", "tsa_noeku");
+        sign("rsa.csr", "ca.pem", "ca.key", "7", "extra.pem", "tsa_extra");
+        csr(
+            "notca.key",
+            &p256,
+            "/CN=plimsoll test not a CA",
+            "notca.csr",
+        );
+        sign("notca.csr", "ca.pem", "ca.key", "9", "notca.pem", "notca");
+        sign(
+            "rsa.csr",
+            "notca.pem",
+            "notca.key",
+            "10",
+            "under-notca.pem",
+            "tsa",
+        );
+        // Same name as the intermediate, another P-256 key.
+        csr(
+            "fake.key",
+            &p256,
+            "/CN=plimsoll test TSA P-256 CA",
+            "fake.csr",
+        );
+        sign("fake.csr", "ca.pem", "ca.key", "11", "fake-inter.pem", "ca");
         let chain = [
             std::fs::read_to_string(d.join("ec.pem")).unwrap(),
             std::fs::read_to_string(d.join("inter.pem")).unwrap(),
@@ -542,4 +590,81 @@ fn token_without_signing_certificate_binding_is_refused() {
     assert!(matches!(err, Error::SigningCertificate(_)), "{err}");
     assert!(err.to_string().contains("ESSCertID"), "{err}");
     // A binding that names another certificate: `verify::tests::ess_binding_matches_the_signer_only`.
+}
+
+#[test]
+fn tsa_certificate_without_timestamping_eku_alone_is_refused() {
+    let pki = pki();
+    for (tag, cert, says) in [
+        ("noeku", "noeku.pem", "id-kp-timeStamping is missing"),
+        (
+            "extra",
+            "extra.pem",
+            "purposes other than id-kp-timeStamping",
+        ),
+    ] {
+        let (req, token) = cms_token(tag, cert, true);
+        let err = verify_token(&token, req.imprint(), None, &pki.root(), &[]).unwrap_err();
+        assert!(matches!(err, Error::EkuMissing(_)), "{tag}: {err}");
+        assert!(err.to_string().contains(says), "{tag}: {err}");
+    }
+}
+
+#[test]
+fn chain_is_built_from_extra_certificates_in_any_order_and_each_link_is_checked() {
+    let pki = pki();
+    let (req, resp) = stamp("/ec384bare", HashAlg::Sha384, b"what ran");
+    let (inter, fake) = (pki.der("inter.pem"), pki.der("fake-inter.pem"));
+    // Without the intermediate there is no chain.
+    let err = verify_response(&resp, &req, &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::NotChained(_)), "{err}");
+    // A same-named intermediate with another P-256 key does not verify the TSA certificate.
+    let err = verify_response(&resp, &req, &pki.root(), &[fake.clone()]).unwrap_err();
+    assert!(matches!(err, Error::NotChained(_)), "{err}");
+    assert!(err.to_string().contains("does not verify"), "{err}");
+    // The real one, with or beside the fake, in either order.
+    for extra in [
+        vec![inter.clone()],
+        vec![fake.clone(), inter.clone()],
+        vec![inter.clone(), fake.clone(), pki.der("ca.pem")],
+    ] {
+        verify_response(&resp, &req, &pki.root(), &extra).unwrap();
+    }
+    // A TSA certificate issued by a certificate that is not a CA.
+    let (req, resp) = stamp("/undernotca", HashAlg::Sha256, b"what ran");
+    let err = verify_response(&resp, &req, &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::NotChained(_)), "{err}");
+    assert!(err.to_string().contains("is not a CA"), "{err}");
+}
+
+#[test]
+fn nonce_missing_and_high_bit_nonces() {
+    let pki = pki();
+    // A request without a nonce: the TSA's token has none.
+    let req = TimeStampRequest::with_nonce(Imprint::of(HashAlg::Sha256, b"n"), &[]).unwrap();
+    let url = format!("{}/rsa", pki.url);
+    let resp = runtime()
+        .block_on(send(&url, &req, Duration::from_secs(20)))
+        .unwrap();
+    let (token, w) = verify_response(&resp, &req, &pki.root(), &[]).unwrap();
+    assert_eq!(w.nonce_hex, None);
+    let err = verify_token(&token, req.imprint(), Some(&[1, 2, 3]), &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::NonceMissing { .. }), "{err}");
+    assert!(err.to_string().contains("nonce missing"), "{err}");
+    // A nonce with its high bit set goes out as 00 80 ..; the echo compares equal to the
+    // magnitude with or without the sign octet, and with extra leading zeros.
+    let req =
+        TimeStampRequest::with_nonce(Imprint::of(HashAlg::Sha256, b"n"), &[0x80, 0, 7]).unwrap();
+    assert_eq!(req.nonce(), [0x00, 0x80, 0x00, 0x07]);
+    let resp = runtime()
+        .block_on(send(&url, &req, Duration::from_secs(20)))
+        .unwrap();
+    let (token, w) = verify_response(&resp, &req, &pki.root(), &[]).unwrap();
+    assert_eq!(w.nonce_hex.as_deref(), Some("800007"));
+    for sent in [&[0x80, 0, 7][..], &[0, 0x80, 0, 7], &[0, 0, 0, 0x80, 0, 7]] {
+        verify_token(&token, req.imprint(), Some(sent), &pki.root(), &[]).unwrap();
+    }
+    let err =
+        verify_token(&token, req.imprint(), Some(&[0x80, 0, 8]), &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::NonceMismatch { .. }), "{err}");
 }

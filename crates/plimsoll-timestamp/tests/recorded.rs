@@ -156,6 +156,16 @@ fn wrong_nonce_fails_naming_the_nonce_and_leading_zeros_do_not_matter() {
         let req = TimeStampRequest::with_nonce(imprint.clone(), &nonce).unwrap();
         verify_response(&resp, &req, &roots, &[]).unwrap();
     }
+    // Given to `verify_token` as raw bytes with leading zero octets, it still compares equal.
+    let (token, _) = verify_response(
+        &resp,
+        &TimeStampRequest::with_nonce(imprint.clone(), &good).unwrap(),
+        &roots,
+        &[],
+    )
+    .unwrap();
+    let padded = [&[0u8, 0][..], &good].concat();
+    verify_token(&token, &imprint, Some(&padded), &roots, &[]).unwrap();
     let mut bad = good.clone();
     *bad.last_mut().unwrap() ^= 1;
     let req = TimeStampRequest::with_nonce(imprint.clone(), &bad).unwrap();
