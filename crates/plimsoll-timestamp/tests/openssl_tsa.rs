@@ -48,6 +48,21 @@ keyUsage=critical,digitalSignature,keyCertSign
 subjectKeyIdentifier=hash
 ";
 
+/// A minimal `openssl ca` database, only to issue a backdated certificate.
+const CA_CNF: &str = "\
+[ca]
+default_ca = old
+[old]
+database = cadb/index.txt
+new_certs_dir = cadb
+serial = cadb/serial
+default_md = sha256
+policy = any
+unique_subject = no
+[any]
+commonName = supplied
+";
+
 /// The `[tsa]` sections `openssl ts -reply` signs with, one per HTTP path.
 fn ts_cnf(dir: &Path) -> String {
     let d = dir.display();
@@ -68,6 +83,8 @@ fn ts_cnf(dir: &Path) -> String {
         section("noncrit", "noncrit.pem", "rsa.key", "sha256", "sha256", ""),
         // The P-384 TSA without its intermediate in the token.
         section("ec384bare", "ec.pem", "ec.key", "sha384", "sha256", ""),
+        // A TSA certificate that expired in 2021: every token it signs now is outside it.
+        section("expired", "expired.pem", "rsa.key", "sha256", "sha256", ""),
         // A TSA certificate issued by a certificate that is not a CA.
         section(
             "undernotca",
@@ -223,6 +240,28 @@ fn pki() -> &'static Pki {
             "10",
             "under-notca.pem",
             "tsa",
+        );
+        // `openssl x509` cannot backdate; `openssl ca` can.
+        std::fs::create_dir_all(d.join("cadb")).unwrap();
+        std::fs::write(d.join("cadb/index.txt"), "").unwrap();
+        std::fs::write(d.join("cadb/serial"), "20\n").unwrap();
+        std::fs::write(d.join("ca.cnf"), CA_CNF).unwrap();
+        openssl_ok(
+            d,
+            &[
+                &[
+                    "ca", "-batch", "-config", "ca.cnf", "-cert", "ca.pem", "-keyfile", "ca.key",
+                ][..],
+                &["-in", "rsa.csr", "-out", "expired.pem", "-notext"],
+                &[
+                    "-startdate",
+                    "20200101000000Z",
+                    "-enddate",
+                    "20210101000000Z",
+                ],
+                &["-extfile", "ext.cnf", "-extensions", "tsa"],
+            ]
+            .concat(),
         );
         // Same name as the intermediate, another P-256 key.
         csr(
@@ -667,4 +706,20 @@ fn nonce_missing_and_high_bit_nonces() {
     let err =
         verify_token(&token, req.imprint(), Some(&[0x80, 0, 8]), &pki.root(), &[]).unwrap_err();
     assert!(matches!(err, Error::NonceMismatch { .. }), "{err}");
+}
+
+#[test]
+fn token_outside_the_signer_validity_is_refused() {
+    let pki = pki();
+    let (req, resp) = stamp("/expired", HashAlg::Sha256, b"what ran");
+    let err = verify_response(&resp, &req, &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::NotValidAtGenTime { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("certificate not valid at genTime"), "{text}");
+    assert!(
+        text.contains(
+            "CN=plimsoll test TSA RSA is valid from 2020-01-01T00:00:00Z to 2021-01-01T00:00:00Z"
+        ),
+        "{text}"
+    );
 }
