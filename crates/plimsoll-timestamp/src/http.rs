@@ -21,6 +21,32 @@ const REPLY: &str = "application/timestamp-reply";
 /// a status other than 200, a content type other than `application/timestamp-reply`, or a
 /// body over [`MAX_RESPONSE_BYTES`](crate::MAX_RESPONSE_BYTES) (refused without reading more).
 pub async fn send(url: &str, req: &TimeStampRequest, timeout: Duration) -> Result<Vec<u8>, Error> {
+    exchange(url, req, timeout, Transport::SystemRoots).await
+}
+
+/// As [`send`], but an `https://` channel is trusted through `transport_roots` (DER
+/// certificates) instead of the system's roots: for a TSA behind a proxy with its own CA, and
+/// for tests. These roots concern the channel only, never the token.
+pub async fn send_with_transport_roots(
+    url: &str,
+    req: &TimeStampRequest,
+    timeout: Duration,
+    transport_roots: &[Vec<u8>],
+) -> Result<Vec<u8>, Error> {
+    exchange(url, req, timeout, Transport::Roots(transport_roots)).await
+}
+
+enum Transport<'a> {
+    SystemRoots,
+    Roots(&'a [Vec<u8>]),
+}
+
+async fn exchange(
+    url: &str,
+    req: &TimeStampRequest,
+    timeout: Duration,
+    transport: Transport<'_>,
+) -> Result<Vec<u8>, Error> {
     let fail = |reason: String| Error::Http {
         url: url.to_string(),
         reason,
@@ -32,7 +58,7 @@ pub async fn send(url: &str, req: &TimeStampRequest, timeout: Duration) -> Resul
         _ => return Err(fail("the URL must be http:// or https://".into())),
     };
     let exchange = async {
-        let tls = tls_config(https).map_err(fail)?;
+        let tls = tls_config(https, &transport).map_err(fail)?;
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
@@ -98,14 +124,25 @@ pub async fn send(url: &str, req: &TimeStampRequest, timeout: Duration) -> Resul
         })?
 }
 
-/// rustls with the `ring` provider; the system's roots for HTTPS (none are needed for HTTP).
-fn tls_config(https: bool) -> Result<rustls::ClientConfig, String> {
+/// rustls with the `ring` provider; the system's (or the given) roots for HTTPS, none for HTTP.
+fn tls_config(https: bool, transport: &Transport<'_>) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     if https {
-        let found = rustls_native_certs::load_native_certs();
-        roots.add_parsable_certificates(found.certs);
+        match transport {
+            Transport::SystemRoots => {
+                let found = rustls_native_certs::load_native_certs();
+                roots.add_parsable_certificates(found.certs);
+            }
+            Transport::Roots(given) => {
+                roots.add_parsable_certificates(
+                    given
+                        .iter()
+                        .map(|c| rustls::pki_types::CertificateDer::from(c.clone())),
+                );
+            }
+        }
         if roots.is_empty() {
-            return Err("no system root certificates for the HTTPS transport".into());
+            return Err("no root certificates for the HTTPS transport".into());
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());

@@ -74,7 +74,7 @@ mod verify;
 
 pub use authority::{certificates_from_pem, public, Authority, AUTHORITIES};
 pub use der::integers_equal;
-pub use http::send;
+pub use http::{send, send_with_transport_roots};
 pub use request::TimeStampRequest;
 pub use verify::{verify_response, verify_token};
 

@@ -9,12 +9,14 @@
 //! when it is missing.
 
 use plimsoll_timestamp::{
-    send, verify_response, verify_token, Error, HashAlg, Imprint, TimeStampRequest,
+    send, send_with_transport_roots, verify_response, verify_token, Error, HashAlg, Imprint,
+    TimeStampRequest,
 };
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -101,6 +103,10 @@ fn ts_cnf(dir: &Path) -> String {
 struct Pki {
     dir: tempfile::TempDir,
     url: String,
+    /// The same TSA behind TLS with a throwaway server certificate for 127.0.0.1.
+    https_url: String,
+    /// That server certificate, DER, to trust for the channel.
+    https_cert: Vec<u8>,
 }
 
 impl Pki {
@@ -282,18 +288,46 @@ fn pki() -> &'static Pki {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let root = d.to_path_buf();
         std::thread::spawn(move || {
-            for (n, conn) in listener.incoming().enumerate() {
-                if let Ok(conn) = conn {
-                    serve(conn, &root, n);
-                }
+            for conn in listener.incoming().flatten() {
+                serve(conn, &root);
             }
         });
-        Pki { dir, url }
+
+        let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let https_cert = ck.cert.der().to_vec();
+        let key = rustls::pki_types::PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der());
+        let tls = std::sync::Arc::new(
+            rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![https_cert.clone().into()], key.into())
+            .unwrap(),
+        );
+        let tls_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let https_url = format!("https://{}", tls_listener.local_addr().unwrap());
+        let root = d.to_path_buf();
+        std::thread::spawn(move || {
+            for tcp in tls_listener.incoming().flatten() {
+                let conn = rustls::ServerConnection::new(tls.clone()).unwrap();
+                serve(rustls::StreamOwned::new(conn, tcp), &root);
+            }
+        });
+        Pki {
+            dir,
+            url,
+            https_url,
+            https_cert,
+        }
     })
 }
 
 /// One HTTP/1.1 exchange: the path picks the `[tsa]` section, or a misbehaving answer.
-fn serve(mut conn: TcpStream, dir: &Path, n: usize) {
+fn serve(mut conn: impl Read + Write, dir: &Path) {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let (head_end, content_length) = loop {
@@ -322,7 +356,7 @@ fn serve(mut conn: TcpStream, dir: &Path, n: usize) {
     let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
     let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
     let body = &buf[head_end..head_end + content_length];
-    let reply = |conn: &mut TcpStream, ct: &str, len: Option<usize>, body: &[u8]| {
+    fn reply(conn: &mut impl Write, ct: &str, len: Option<usize>, body: &[u8]) {
         let mut h = format!("HTTP/1.1 200 OK\r\nContent-Type: {ct}\r\nConnection: close\r\n");
         if let Some(l) = len {
             h.push_str(&format!("Content-Length: {l}\r\n"));
@@ -330,7 +364,8 @@ fn serve(mut conn: TcpStream, dir: &Path, n: usize) {
         h.push_str("\r\n");
         let _ = conn.write_all(h.as_bytes());
         let _ = conn.write_all(body);
-    };
+        let _ = conn.flush();
+    }
     const REPLY: &str = "application/timestamp-reply";
     match path.as_str() {
         "/big-declared" => reply(&mut conn, REPLY, Some(100_000), &[0x30; 1024]),
@@ -722,4 +757,34 @@ fn token_outside_the_signer_validity_is_refused() {
         ),
         "{text}"
     );
+}
+
+#[test]
+fn https_transport_trusts_the_given_roots_or_the_system_roots() {
+    let pki = pki();
+    let req = TimeStampRequest::new(Imprint::of(HashAlg::Sha256, b"over tls")).unwrap();
+    let url = format!("{}/rsa", pki.https_url);
+    let t = Duration::from_secs(20);
+    let rt = runtime();
+    let resp = rt
+        .block_on(send_with_transport_roots(
+            &url,
+            &req,
+            t,
+            &[pki.https_cert.clone()],
+        ))
+        .unwrap();
+    verify_response(&resp, &req, &pki.root(), &[]).unwrap();
+    // The system's roots do not know the throwaway server certificate.
+    let err = rt.block_on(send(&url, &req, t)).unwrap_err();
+    assert!(matches!(err, Error::Http { .. }), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+    // Trusting the TSA's root for the channel does not make the server's certificate valid.
+    let err = rt
+        .block_on(send_with_transport_roots(&url, &req, t, &pki.root()))
+        .unwrap_err();
+    assert!(matches!(err, Error::Http { .. }), "{err}");
 }
