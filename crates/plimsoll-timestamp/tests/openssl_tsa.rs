@@ -693,7 +693,7 @@ fn chain_is_built_from_extra_certificates_in_any_order_and_each_link_is_checked(
     let err = verify_response(&resp, &req, &pki.root(), &[]).unwrap_err();
     assert!(matches!(err, Error::NotChained(_)), "{err}");
     // A same-named intermediate with another P-256 key does not verify the TSA certificate.
-    let err = verify_response(&resp, &req, &pki.root(), &[fake.clone()]).unwrap_err();
+    let err = verify_response(&resp, &req, &pki.root(), std::slice::from_ref(&fake)).unwrap_err();
     assert!(matches!(err, Error::NotChained(_)), "{err}");
     assert!(err.to_string().contains("does not verify"), "{err}");
     // The real one, with or beside the fake, in either order.
@@ -771,7 +771,7 @@ fn https_transport_trusts_the_given_roots_or_the_system_roots() {
             &url,
             &req,
             t,
-            &[pki.https_cert.clone()],
+            std::slice::from_ref(&pki.https_cert),
         ))
         .unwrap();
     verify_response(&resp, &req, &pki.root(), &[]).unwrap();
