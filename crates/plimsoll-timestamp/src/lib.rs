@@ -38,8 +38,9 @@
 //! - No policy OID pinning: the policy is reported in [`Witness::policy`] for the caller to
 //!   judge.
 //! - The TSTInfo `tsa` name field and `accuracy` are not checked; `ordering` is ignored.
-//! - Key usage bits, certificate policies, name constraints and unknown critical extensions of
-//!   the chain's certificates are not evaluated; names are compared as DER bytes.
+//! - Key usage bits, certificate policies, name constraints, path length constraints and
+//!   unknown critical extensions of the chain's certificates are not evaluated; names are
+//!   compared as DER bytes.
 //! - RSA-PSS and SHA-1 signatures are refused as unsupported, not verified.
 //! - Whether the signer certificate has expired since genTime is reported
 //!   ([`Witness::signer_expired_at`]), not judged: a token from an expired TSA certificate is
@@ -61,8 +62,17 @@
 //! # Limits
 //!
 //! Responses and tokens over [`MAX_RESPONSE_BYTES`] are refused before parsing, as are more
-//! than [`MAX_CERTIFICATES`] certificates and chains longer than [`MAX_CHAIN_DEPTH`]. No input
-//! makes a parser panic (see `tests/garbage.rs` and `fuzz/fuzz_targets/timestamp_response.rs`).
+//! than [`MAX_CERTIFICATES`] certificates in a token, chains longer than [`MAX_CHAIN_DEPTH`]
+//! and chain searches needing more than 64 signature checks. No input makes a parser panic
+//! (see `tests/garbage.rs` and `fuzz/fuzz_targets/timestamp_response.rs`).
+//!
+//! # Transport
+//!
+//! [`send`] trusts the system's roots for an `https://` channel;
+//! [`send_with_transport_roots`] trusts given ones instead (a proxy's CA, tests). Neither has
+//! any bearing on the token, which [`verify_response`] checks against the pinned roots only.
+//! The two public authorities are in [`AUTHORITIES`] ([`public`] looks one up by name) with
+//! their roots shipped in the crate.
 
 mod authority;
 mod crypto;
@@ -80,7 +90,8 @@ pub use verify::{verify_response, verify_token};
 
 /// The largest response (or stored token) accepted, in bytes; real ones are 1–7 KB.
 pub const MAX_RESPONSE_BYTES: usize = 64 * 1024;
-/// The most certificates (token's plus extra) considered while building a chain.
+/// The most certificates a token may carry (extra and pinned root certificates together may
+/// number twice this).
 pub const MAX_CERTIFICATES: usize = 32;
 /// The longest chain accepted, counting the signer and the root.
 pub const MAX_CHAIN_DEPTH: usize = 8;

@@ -377,6 +377,9 @@ fn serve(mut conn: impl Read + Write, dir: &Path) {
             let q = dir.join(format!("q{n}.tsq"));
             let r = dir.join(format!("r{n}.tsr"));
             std::fs::write(&q, body).unwrap();
+            // The HTTP and HTTPS servers share one serial file: one `openssl ts -reply` at a time.
+            static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+            let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
             let out = openssl(
                 dir,
                 &[
