@@ -115,8 +115,13 @@ mod tests {
         let two = format!("junk\n{cert}text between\n{cert}");
         assert_eq!(certificates_from_pem(&two).unwrap().len(), 2);
         let key = "-----BEGIN PRIVATE KEY-----\nAAEC\n-----END PRIVATE KEY-----\n";
-        assert!(matches!(certificates_from_pem(key), Err(Error::Pem(_))));
-        assert!(certificates_from_pem(&format!("{cert}{key}")).is_err());
+        for refused in [key.to_string(), format!("{cert}{key}")] {
+            let err = certificates_from_pem(&refused).unwrap_err().to_string();
+            assert!(
+                err.contains("a PRIVATE KEY block where only CERTIFICATE"),
+                "{err}"
+            );
+        }
         assert!(certificates_from_pem("").is_err());
         assert!(certificates_from_pem("-----BEGIN CERTIFICATE-----\nAAEC\n").is_err());
         assert!(certificates_from_pem(
