@@ -4,6 +4,7 @@
 //! target as a verdict, never as an error.
 
 pub mod agentsandbox;
+pub mod attest;
 pub mod docker;
 pub mod grants;
 pub mod mem;
@@ -28,6 +29,7 @@ pub fn run(name: Option<&str>, args: &[&str], tasks: &str) -> anyhow::Result<()>
         Some("grants") => grants::run(args),
         Some("scan") => scan::run(args),
         Some("sessions") => sessions::run(args),
+        Some("attest") => attest::run(args),
         other => anyhow::bail!("unknown benchmark {other:?}\n{tasks}"),
     }
 }
