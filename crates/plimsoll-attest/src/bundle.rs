@@ -220,7 +220,39 @@ impl Entry {
 /// link chain, canonical bytes, signatures, the client check of every stored exchange,
 /// session chains and closes, and a checkpoint at the end.
 pub fn verify_bundle(bytes: &[u8], key: &PublicKey) -> Result<Summary, BundleError> {
-    let mut v = Verifier::new(Some(key));
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if workers < 2 || bytes.len() < PARALLEL_FROM {
+        return verify_lines(bytes, Some(key));
+    }
+    // Signatures are most of the work and independent of each other: worker threads check
+    // every envelope's signatures over contiguous chunks while this thread checks
+    // everything else in order. The first broken line wins, whichever pass found it (on
+    // the same line, the ordered pass's finding is reported).
+    std::thread::scope(|s| {
+        let chunks: Vec<_> = chunks(bytes, workers)
+            .into_iter()
+            .map(|(first_line, chunk)| s.spawn(move || first_bad_signature(chunk, first_line, key)))
+            .collect();
+        let ordered = verify_lines(bytes, None);
+        let signature = chunks
+            .into_iter()
+            .filter_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .min_by_key(|(line, _)| *line);
+        match (ordered, signature) {
+            (Err(e), Some((line, sig))) if e.line().is_some_and(|l| line < l) => Err(sig),
+            (Err(e), _) => Err(e),
+            (Ok(_), Some((_, sig))) => Err(sig),
+            (Ok(summary), None) => Ok(summary),
+        }
+    })
+}
+
+/// Bundles smaller than this are verified on one thread.
+const PARALLEL_FROM: usize = 1 << 20;
+
+/// Every line in order: with `key`, signatures too; without, everything but signatures.
+fn verify_lines(bytes: &[u8], key: Option<&PublicKey>) -> Result<Summary, BundleError> {
+    let mut v = Verifier::new(key);
     let mut rest = bytes;
     while !rest.is_empty() {
         let n = v.index + 1;
@@ -240,6 +272,62 @@ pub fn verify_bundle(bytes: &[u8], key: &PublicKey) -> Result<Summary, BundleErr
         rest = &rest[end + 1..];
     }
     v.finish()
+}
+
+/// `bytes` cut into about `n` pieces at line ends, each with its first line's number.
+fn chunks(bytes: &[u8], n: usize) -> Vec<(u64, &[u8])> {
+    let mut out = Vec::with_capacity(n);
+    let (mut start, mut line) = (0usize, 1u64);
+    for i in 1..=n {
+        let mut end = if i == n {
+            bytes.len()
+        } else {
+            (bytes.len() * i / n).max(start)
+        };
+        if end < bytes.len() {
+            end = bytes[end..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(bytes.len(), |p| end + p + 1);
+        }
+        let chunk = &bytes[start..end];
+        out.push((line, chunk));
+        line += chunk.iter().filter(|&&b| b == b'\n').count() as u64;
+        start = end;
+    }
+    out
+}
+
+/// The first line of `chunk` whose link or envelope signature does not verify, with the
+/// error the ordered pass would give. Lines that do not parse are left to that pass.
+fn first_bad_signature(
+    chunk: &[u8],
+    first_line: u64,
+    key: &PublicKey,
+) -> Option<(u64, BundleError)> {
+    for (i, line) in chunk.split(|&b| b == b'\n').enumerate() {
+        let n = first_line + i as u64;
+        if line.is_empty() || line.len() > MAX_LINE {
+            continue;
+        }
+        let Ok(raw) = serde_json::from_slice::<RawEntry>(line) else {
+            continue;
+        };
+        let (link, envelope) = raw.envelopes();
+        for (env, what) in [(link, "the link"), (envelope, "the envelope")] {
+            let Some(Ok(env)) = env.map(|e| e.decode()) else {
+                continue;
+            };
+            if what == "the link" && env.signatures.len() != 1 {
+                continue;
+            }
+            if let Err(e) = env.verify(key) {
+                let what = format!("{what} does not verify: {e}");
+                return Some((n, BundleError::Line { line: n, what }));
+            }
+        }
+    }
+    None
 }
 
 /// What `-expect FILE` or `-expect-count N` asks of a bundle.

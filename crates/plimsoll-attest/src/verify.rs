@@ -29,6 +29,13 @@ pub(crate) struct RawEntry<'a> {
     link: Option<RawEnvelope<'a>>,
 }
 
+impl<'a> RawEntry<'a> {
+    /// The link and the envelope, for a pass that checks only signatures.
+    pub(crate) fn envelopes(self) -> (Option<RawEnvelope<'a>>, Option<RawEnvelope<'a>>) {
+        (self.link, self.envelope)
+    }
+}
+
 pub(crate) fn sha256_hex(b: &[u8]) -> String {
     hex::encode(ring::digest::digest(&ring::digest::SHA256, b))
 }

@@ -802,3 +802,78 @@ fn a_second_appender_waits_for_the_lock() {
     let s = verify_bundle(&fs::read(&path).unwrap(), &key.public()).unwrap();
     assert_eq!((s.lines, s.runs), (3, 1));
 }
+
+/// Replaces the `which`th (0 = first, usize::MAX = last) `"sig"` value of `line` with a
+/// valid signature by `key` over other bytes: still canonical, no longer verifying.
+fn resign(line: &str, key: &SigningKey, last: bool) -> String {
+    use base64::Engine as _;
+    let at = if last {
+        line.rfind("\"sig\":\"")
+    } else {
+        line.find("\"sig\":\"")
+    }
+    .unwrap()
+        + 7;
+    let end = at + line[at..].find('"').unwrap();
+    let other = base64::engine::general_purpose::STANDARD.encode(key.sign(b"something else"));
+    format!("{}{other}{}", &line[..at], &line[end..])
+}
+
+#[test]
+fn a_large_bundle_checks_signatures_in_parallel_and_still_names_the_first_broken_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.jsonl");
+    let key = SigningKey::generate().unwrap();
+    let (mut a, _) = Appender::open(&path, key.clone(), false).unwrap();
+    let out = "x".repeat(4096);
+    for i in 0..300 {
+        let (req, resp) = run(&format!("console.log({i})"), &out);
+        a.append_run(&req, &resp).unwrap();
+    }
+    a.checkpoint().unwrap();
+    drop(a);
+    let good = fs::read_to_string(&path).unwrap();
+    assert!(good.len() > 1 << 20, "big enough for the parallel pass");
+    let summary = verify_bundle(good.as_bytes(), &key.public()).unwrap();
+    assert_eq!(summary.runs, 300);
+    let lines: Vec<&str> = good.lines().collect();
+    let with = |changes: &[(usize, String)]| -> Vec<u8> {
+        let mut ls: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        for (i, l) in changes {
+            ls[*i] = l.clone();
+        }
+        ls.iter()
+            .flat_map(|l| format!("{l}\n").into_bytes())
+            .collect()
+    };
+    // A link signature at line 200 (the chain itself is intact).
+    let b = with(&[(199, resign(lines[199], &key, true))]);
+    let (line, msg) = line_of(verify_bundle(&b, &key.public()));
+    assert_eq!(line, 200, "{msg}");
+    assert!(msg.contains("the link does not verify"), "{msg}");
+    // A record envelope's signature at line 250 (its link no longer matches the entry
+    // either; the line is what counts).
+    let b = with(&[(249, resign(lines[249], &key, false))]);
+    let (line, msg) = line_of(verify_bundle(&b, &key.public()));
+    assert_eq!(line, 250, "{msg}");
+    // The last checkpoint's signature: nothing after it links to it, so only the
+    // signature pass can find it.
+    let b = with(&[(300, resign(lines[300], &key, true))]);
+    let (line, msg) = line_of(verify_bundle(&b, &key.public()));
+    assert_eq!(line, 301, "{msg}");
+    assert!(msg.contains("the link does not verify"), "{msg}");
+    // An earlier break of another kind wins over a later bad signature.
+    let b = with(&[
+        (49, lines[48].to_string()),
+        (199, resign(lines[199], &key, true)),
+    ]);
+    let (line, msg) = line_of(verify_bundle(&b, &key.public()));
+    assert_eq!(line, 50, "{msg}");
+    // And an earlier bad signature wins over a later break.
+    let b = with(&[
+        (29, resign(lines[29], &key, true)),
+        (199, lines[198].to_string()),
+    ]);
+    let (line, msg) = line_of(verify_bundle(&b, &key.public()));
+    assert_eq!(line, 30, "{msg}");
+}
