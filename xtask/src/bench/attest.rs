@@ -53,10 +53,14 @@ fn exchange(i: usize) -> (pb::RunRequest, pb::RunResponse) {
     (req, resp)
 }
 
+/// The floor's work, as fast as the standard library goes: `str::lines` finds line ends
+/// with the optimized `memchr` of `core` (a bundle is ASCII), whatever this crate's
+/// optimization level.
 fn sha256_every_line(bytes: &[u8]) -> usize {
+    let text = std::str::from_utf8(bytes).expect("a bundle is ASCII");
     let mut n = 0;
-    for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        let d = ring::digest::digest(&ring::digest::SHA256, line);
+    for line in text.lines() {
+        let d = ring::digest::digest(&ring::digest::SHA256, line.as_bytes());
         n += usize::from(d.as_ref()[0] & 1);
     }
     n
