@@ -479,6 +479,7 @@ impl Appender {
         let mut v = Verifier::new(None);
         let mut rest: &[u8] = &bytes;
         let mut good = 0usize;
+        let mut last: &[u8] = &[];
         while !rest.is_empty() {
             let end = rest.iter().position(|&b| b == b'\n');
             let is_last = end.is_none_or(|e| e + 1 == rest.len());
@@ -488,8 +489,24 @@ impl Appender {
                 break;
             }
             v.line(line)?;
+            last = line;
             good += end + 1;
             rest = &rest[end + 1..];
+        }
+        // Signatures are not re-checked on open (that is `verify_bundle`'s job), but the
+        // last line must be this key's: a bundle is verified against one key, and lines
+        // appended under another would make it unverifiable.
+        if !last.is_empty() {
+            let link = serde_json::from_slice::<RawEntry<'_>>(last)
+                .ok()
+                .and_then(|raw| raw.envelopes().0)
+                .and_then(|l| l.decode().ok());
+            if link.is_none_or(|l| l.verify(&key.public()).is_err()) {
+                return Err(BundleError::Refused(format!(
+                    "the last line of {shown} is not signed by key {}: append with the key that wrote it, or start a new bundle",
+                    key.key_id()
+                )));
+            }
         }
         let truncated = (bytes.len() - good) as u64;
         if truncated > 0 {

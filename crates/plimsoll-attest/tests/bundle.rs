@@ -877,3 +877,12 @@ fn a_large_bundle_checks_signatures_in_parallel_and_still_names_the_first_broken
     let (line, msg) = line_of(verify_bundle(&b, &key.public()));
     assert_eq!(line, 30, "{msg}");
 }
+
+#[test]
+fn another_key_cannot_append() {
+    let (_dir, path, _key, bytes, _) = setup();
+    let other = SigningKey::generate().unwrap();
+    let e = Appender::open(&path, other.clone(), false).expect_err("another key is refused");
+    assert!(e.to_string().contains(&other.key_id()), "{e}");
+    assert_eq!(fs::read(&path).unwrap(), bytes, "nothing changed");
+}
