@@ -92,34 +92,55 @@ pub fn keygen(a: KeygenArgs) -> Result<u8, Fail> {
     Ok(0)
 }
 
-/// The signing key from `--key FILE`, else from `PLIMSOLL_ATTEST_KEY`.
+/// The signing key from `--key FILE`, else from `PLIMSOLL_ATTEST_KEY`: PEM text (real
+/// newlines, `\n` escapes as CI secret stores keep them, or spaces), the PEM body alone
+/// (one base64 line), or a path to a PEM file. The variable's value is never echoed: it
+/// may be the key.
 pub fn signing_key(path: Option<&Path>) -> Result<SigningKey, Fail> {
-    let (text, origin) = match path {
-        Some(p) => (read(p, "--key")?, format!("--key {}", p.display())),
-        None => match std::env::var(KEY_VARIABLE) {
-            Ok(v) if v.trim_start().starts_with("-----BEGIN") => (v, KEY_VARIABLE.to_owned()),
-            Ok(v) if !v.trim().is_empty() => {
-                let p = PathBuf::from(v.trim());
-                (
-                    read(&p, KEY_VARIABLE)?,
-                    format!("{KEY_VARIABLE} {}", p.display()),
-                )
-            }
-            _ => {
-                return Err(Fail::usage(format!(
-                "no signing key: pass --key FILE or set {KEY_VARIABLE} (make one with `plimsoll-attest keygen --out PREFIX`)"
-            )))
-            }
-        },
+    let Some(p) = path else {
+        return key_from_variable();
     };
-    if let Some(p) = path {
-        if let Ok(meta) = std::fs::metadata(p) {
-            if meta.permissions().mode() & 0o077 != 0 {
-                tracing::warn!(key = %p.display(), "the signing key file is readable by others; chmod 600 it");
-            }
+    if let Ok(meta) = std::fs::metadata(p) {
+        if meta.permissions().mode() & 0o077 != 0 {
+            tracing::warn!(key = %p.display(), "the signing key file is readable by others; chmod 600 it");
         }
     }
-    SigningKey::from_pkcs8_pem(&text).map_err(|e| Fail::usage(format!("{origin}: {e}")))
+    let text = read(p, "--key")?;
+    SigningKey::from_pkcs8_pem(&text)
+        .map_err(|e| Fail::usage(format!("--key {}: {e}", p.display())))
+}
+
+fn key_from_variable() -> Result<SigningKey, Fail> {
+    let value = match std::env::var(KEY_VARIABLE) {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => {
+            return Err(Fail::usage(format!(
+                "no signing key: pass --key FILE or set {KEY_VARIABLE} (make one with `plimsoll-attest keygen --out PREFIX`)"
+            )))
+        }
+    };
+    let v = value.trim();
+    if v.contains("-----BEGIN") {
+        let pem = v.replace("\\n", "\n");
+        return SigningKey::from_pkcs8_pem(&pem)
+            .map_err(|e| Fail::usage(format!("{KEY_VARIABLE} (PEM text): {e}")));
+    }
+    if !v.contains('/') || !Path::new(v).exists() {
+        // The PEM body alone, as some secret stores keep it.
+        let pem = format!("-----BEGIN PRIVATE KEY-----\n{v}\n-----END PRIVATE KEY-----\n");
+        if let Ok(k) = SigningKey::from_pkcs8_pem(&pem) {
+            return Ok(k);
+        }
+    }
+    let p = Path::new(v);
+    if !p.exists() {
+        return Err(Fail::usage(format!(
+            "{KEY_VARIABLE} holds neither a PKCS#8 PEM key nor the path of one (its value is not shown)"
+        )));
+    }
+    let text = read(p, KEY_VARIABLE)?;
+    SigningKey::from_pkcs8_pem(&text)
+        .map_err(|e| Fail::usage(format!("{KEY_VARIABLE} {}: {e}", p.display())))
 }
 
 /// The public key a bundle is verified against.

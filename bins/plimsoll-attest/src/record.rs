@@ -112,14 +112,48 @@ pub async fn connect(a: &DaemonArgs) -> Result<Client, Fail> {
     } else {
         format!("http://{}", a.daemon)
     };
+    if !url.starts_with("http://") && !url.starts_with("https://") {
+        return Err(Fail::usage(format!(
+            "--daemon {}: give http://host:port, https://host:port or host:port",
+            a.daemon
+        )));
+    }
     let opts = ClientOptions {
         token: token(a)?,
         ca_file: a.ca_file.clone(),
     };
-    Ok(Client::connect(&url, opts).await?)
+    Client::connect(&url, opts).await.map_err(failed)
 }
 
-fn open_bundle(b: &BundleArgs) -> Result<(Appender, SigningKey), Fail> {
+/// A client failure as a `Fail`, with the fix for a missing token when that is the cause.
+fn failed(e: ClientError) -> Fail {
+    let mut f = Fail::from(e);
+    if f.message.contains("missing bearer token") && std::env::var_os(TOKEN_VARIABLE).is_none() {
+        f.message
+            .push_str(&format!("; set {TOKEN_VARIABLE} or pass --token-file"));
+    }
+    f
+}
+
+/// An opened bundle: the appender, the key, and whether this invocation created the file.
+struct Opened {
+    appender: Appender,
+    key: SigningKey,
+    created: bool,
+}
+
+impl Opened {
+    /// After a failure before anything was appended: a bundle this invocation created is
+    /// removed again, so no empty (and so unverifiable) bundle is left behind.
+    fn discard_if_new(self, b: &BundleArgs) {
+        if self.created && self.appender.lines() == 0 {
+            drop(self.appender);
+            let _ = std::fs::remove_file(&b.bundle);
+        }
+    }
+}
+
+fn open_bundle(b: &BundleArgs) -> Result<Opened, Fail> {
     let key = keyfile::signing_key(b.key.as_deref())?;
     let (appender, report) = Appender::open(&b.bundle, key.clone(), b.shared_bundle)
         .map_err(|e| Fail::usage(format!("--bundle {}: {e}", b.bundle.display())))?;
@@ -130,7 +164,11 @@ fn open_bundle(b: &BundleArgs) -> Result<(Appender, SigningKey), Fail> {
             "the bundle ended in a partial line (an interrupted append); it was cut back to its last whole line"
         );
     }
-    Ok((appender, key))
+    Ok(Opened {
+        appender,
+        key,
+        created: report.created,
+    })
 }
 
 /// A refused append (the harness's own check, a chain it cannot follow) is reported; a
@@ -162,9 +200,37 @@ fn checkpoint(appender: &mut Appender, b: &BundleArgs) -> Result<Checkpoint, Fai
     .inspect(|c| tracing::info!(bundle = %b.bundle.display(), line = c.index, "checkpoint"))
 }
 
+/// What the program did: its exit code (a project's last step's; none for a project that
+/// did not complete) and, for snippets and cells, its output as text.
+fn program(resp: &pb::RunResponse) -> (Option<i32>, String, String) {
+    use pb::run_response::Result as R;
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    match &resp.result {
+        Some(R::Javascript(j)) => (Some(j.exit_code), text(&j.stdout), text(&j.stderr)),
+        Some(R::Cell(c)) => (Some(c.exit_code), text(&c.stdout), text(&c.stderr)),
+        Some(R::Project(p)) if p.outcome == pb::ProjectOutcome::Completed as i32 => {
+            let last = p.steps.last();
+            (
+                Some(last.map_or(0, |s| s.exit_code)),
+                last.map_or_else(String::new, |s| text(&s.stdout)),
+                last.map_or_else(String::new, |s| text(&s.stderr)),
+            )
+        }
+        _ => (None, String::new(), String::new()),
+    }
+}
+
+fn exit_text(code: Option<i32>) -> String {
+    code.map_or("did not complete".to_owned(), |c| format!("exit code {c}"))
+}
+
 fn record_summary(resp: &pb::RunResponse) -> Value {
     let rec = resp.record.clone().unwrap_or_default();
+    let (exit_code, stdout, stderr) = program(resp);
     json!({
+        "exit_code": exit_code,
+        "stdout": stdout,
+        "stderr": stderr,
         "request_sha256": rec.request_sha256,
         "record_sha256": rec.record_sha256,
         "provider": rec.provider,
@@ -184,9 +250,21 @@ pub async fn run(a: RunArgs) -> Result<u8, Fail> {
     if req.protocol == 0 {
         req.protocol = plimsoll_core::PROTOCOL;
     }
-    let (mut appender, key) = open_bundle(&a.bundle)?;
-    let mut client = connect(&a.daemon).await?;
-    let resp = client.run(req.clone()).await?;
+    let opened = open_bundle(&a.bundle)?;
+    let answer = async {
+        let mut client = connect(&a.daemon).await?;
+        client.run(req.clone()).await.map_err(failed)
+    };
+    let resp = match answer.await {
+        Ok(r) => r,
+        Err(f) => {
+            opened.discard_if_new(&a.bundle);
+            return Err(f);
+        }
+    };
+    let Opened {
+        mut appender, key, ..
+    } = opened;
     let line = appender
         .append_run(&req, &resp)
         .map_err(|e| {
@@ -204,8 +282,13 @@ pub async fn run(a: RunArgs) -> Result<u8, Fail> {
     } else {
         let rec = resp.record.clone().unwrap_or_default();
         crate::fail::print(&format!(
-            "recorded line {line}: record {} ({} at tier {})\ncheckpoint line {}: {}",
-            rec.record_sha256, rec.provider, rec.isolation, cp.index, cp.line_sha256
+            "recorded line {line}: record {} ({} at tier {}); the program's {}\ncheckpoint line {}: {}",
+            rec.record_sha256,
+            rec.provider,
+            rec.isolation,
+            exit_text(program(&resp).0),
+            cp.index,
+            cp.line_sha256
         ));
     }
     Ok(0)
@@ -238,12 +321,26 @@ pub async fn session(a: SessionArgs) -> Result<u8, Fail> {
         .iter()
         .map(|p| read_json("CALL", p))
         .collect::<Result<_, _>>()?;
-    let (mut appender, key) = open_bundle(&a.bundle)?;
+    let opened = open_bundle(&a.bundle)?;
+    let started = async {
+        let mut client = connect(&a.daemon).await?;
+        let session = client.open_session(open).await.map_err(failed)?;
+        Ok::<_, Fail>((client, session))
+    };
+    let (mut client, mut session) = match started.await {
+        Ok(s) => s,
+        Err(f) => {
+            opened.discard_if_new(&a.bundle);
+            return Err(f);
+        }
+    };
+    let Opened {
+        mut appender, key, ..
+    } = opened;
     let signed = |rec: Option<&pb::RunRecord>| rec.and_then(|r| sign_record(&key, r).ok());
-    let mut client = connect(&a.daemon).await?;
-    let mut session = client.open_session(open).await?;
     let opened = evidence(session.opened());
     let mut lines = Vec::new();
+    let mut answers: Vec<Value> = Vec::new();
     let mut failure: Option<Fail> = None;
     for (i, mut call) in calls.into_iter().enumerate() {
         if call.protocol == 0 {
@@ -256,6 +353,7 @@ pub async fn session(a: SessionArgs) -> Result<u8, Fail> {
         let appended = match client.session_run(&mut session, call.clone()).await {
             Ok(answer) => {
                 let run = answer.run.unwrap_or_default();
+                answers.push(record_summary(&run));
                 appender.append_session_call(&call, &run).map_err(|e| {
                     let env = signed(run.record.as_ref());
                     (
@@ -266,6 +364,10 @@ pub async fn session(a: SessionArgs) -> Result<u8, Fail> {
             }
             Err(ClientError::Unanswered { status, record }) => {
                 tracing::warn!(call = n, code = ?status.code(), "a call has no answer; its unanswered record is kept");
+                answers.push(json!({
+                    "unanswered": record.unanswered, "request_sha256": record.request_sha256,
+                    "record_sha256": record.record_sha256, "sequence": record.sequence,
+                }));
                 appender
                     .append_unanswered(&call, &record, &opened)
                     .map_err(|e| {
@@ -278,7 +380,7 @@ pub async fn session(a: SessionArgs) -> Result<u8, Fail> {
                 continue;
             }
             Err(e) => {
-                failure = Some(Fail::from(e));
+                failure = Some(failed(e));
                 break;
             }
         };
@@ -308,7 +410,7 @@ pub async fn session(a: SessionArgs) -> Result<u8, Fail> {
                 .index,
         ),
         (None, Err(e)) => {
-            failure = Some(Fail::from(e));
+            failure = Some(failed(e));
             None
         }
         (Some(_), _) => None,
@@ -329,17 +431,27 @@ pub async fn session(a: SessionArgs) -> Result<u8, Fail> {
                 "calls": session.calls(),
                 "last_record_sha256": session.last_record_sha256(),
                 "lines": lines,
+                "answers": answers,
                 "close_line": close_line,
                 "checkpoint": checkpoint_json(&cp),
             })
             .to_string(),
         );
     } else {
+        let exits: Vec<String> = answers
+            .iter()
+            .map(|a| match a["exit_code"].as_i64() {
+                Some(c) => c.to_string(),
+                None if a.get("unanswered").is_some() => "unanswered".to_owned(),
+                None => "did not complete".to_owned(),
+            })
+            .collect();
         crate::fail::print(&format!(
-            "recorded session {}: {} calls on lines {:?}, close on line {}\ncheckpoint line {}: {}",
+            "recorded session {}: {} calls on lines {:?} (exit codes {}), close on line {}\ncheckpoint line {}: {}",
             session.fingerprint(),
             session.calls(),
             lines,
+            exits.join(", "),
             close_line.unwrap_or_default(),
             cp.index,
             cp.line_sha256

@@ -66,7 +66,24 @@ pub struct ReplayArgs {
 fn checked(bundle: &std::path::Path, key: &PublicKey) -> Result<Summary, Fail> {
     let bytes =
         std::fs::read(bundle).map_err(|e| Fail::usage(format!("{}: {e}", bundle.display())))?;
-    verify_bundle(&bytes, key).map_err(|e| Fail::invalid(format!("invalid: {e}")))
+    verify_bundle(&bytes, key).map_err(|e| {
+        match signer(&bytes) {
+            // A wrong public key looks like a forged line 1: say which key signed it.
+            Some(id) if e.line() == Some(1) && id != key.key_id() => Fail::invalid(format!(
+                "invalid for this key: line 1 is signed by key {id}, --pub is key {} (give the public key of the harness that wrote it)",
+                key.key_id()
+            )),
+            _ => Fail::invalid(format!("invalid: {e}")),
+        }
+    })
+}
+
+/// The key ID the first line's link names, if it names one.
+fn signer(bytes: &[u8]) -> Option<String> {
+    let first = bytes.split(|&b| b == b'\n').next()?;
+    let v: Value = serde_json::from_slice(first).ok()?;
+    let id = v["link"]["signatures"][0]["keyid"].as_str()?;
+    (!id.is_empty()).then(|| id.to_owned())
 }
 
 /// What one witness says, once checked.

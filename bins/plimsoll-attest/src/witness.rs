@@ -38,7 +38,7 @@ pub struct WitnessArgs {
     #[arg(long, value_name = "PEM")]
     tsa_root: Option<PathBuf>,
     /// Give up on the authority after this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
     timeout: u64,
     /// Where the token is kept [default: <bundle>.witnesses.jsonl].
     #[arg(long, value_name = "FILE")]
@@ -139,7 +139,7 @@ pub async fn witness(a: WitnessArgs) -> Result<u8, Fail> {
         .await
         .map_err(|e| Fail {
             code: CONNECT,
-            message: format!("the time-stamp authority at {url} gave no answer: {e}"),
+            message: format!("no time-stamp reply from {url}: {e}"),
         })?;
     let (token, w) = plimsoll_timestamp::verify_response(&answer, &req, &roots, &[])
         .map_err(|e| Fail::invalid(format!("the answer of {url} failed its check: {e}")))?;

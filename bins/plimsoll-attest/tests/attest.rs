@@ -495,3 +495,93 @@ async fn replay_resends_single_runs_and_compares_results() {
     assert!(stdout(&o).contains("line 10: DIFFERENT"), "{}", stdout(&o));
     w.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_mistakes_get_messages_that_say_what_to_fix_and_leak_nothing() {
+    let w = World::start().await;
+    ok(&w.attest(&["keygen", "--out", "harness"]));
+    w.write("js.json", r#"{"javascript":{"code":"process.exit(3)"}}"#);
+    let addr = w.addr();
+    // A key variable holding only the PEM body (no BEGIN/END lines) works; one holding
+    // garbage is refused without echoing the value.
+    let pem = std::fs::read_to_string(w.path("harness.key")).unwrap();
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let with_key = |value: &str| {
+        Command::new(env!("CARGO_BIN_EXE_plimsoll-attest"))
+            .args(["run", "--daemon", &addr, "--bundle", "k.jsonl", "js.json"])
+            .current_dir(w.dir.path())
+            .env("PLIMSOLL_CALLER_TOKEN", w.setup.token(0))
+            .env("PLIMSOLL_ATTEST_KEY", value)
+            .output()
+            .unwrap()
+    };
+    let out = ok(&with_key(&body));
+    // The program's own exit code is reported (the run itself is recorded: exit 0).
+    assert!(out.contains("the program's exit code 3"), "{out}");
+    let garbage = format!("{}x", &body[..body.len() - 2]);
+    let o = with_key(&garbage);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains(&garbage[..20]),
+        "the value is echoed: {}",
+        stderr(&o)
+    );
+    // Literal \n escapes, as CI secret stores keep PEM text.
+    ok(&with_key(&pem.replace('\n', "\\n")));
+    // A refused run leaves no empty bundle behind.
+    let o = Command::new(env!("CARGO_BIN_EXE_plimsoll-attest"))
+        .args([
+            "run",
+            "--daemon",
+            &addr,
+            "--key",
+            "harness.key",
+            "--bundle",
+            "new.jsonl",
+            "js.json",
+        ])
+        .current_dir(w.dir.path())
+        .env_remove("PLIMSOLL_CALLER_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("PLIMSOLL_CALLER_TOKEN"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!w.path("new.jsonl").exists(), "an empty bundle was left");
+    // Appending with another key is refused; verifying with another key names both keys.
+    ok(&w.attest(&["keygen", "--out", "other"]));
+    let o = w.attest(&[
+        "run",
+        "--daemon",
+        &addr,
+        "--key",
+        "other.key",
+        "--bundle",
+        "k.jsonl",
+        "js.json",
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let o = w.attest(&["verify", "--pub", "other.pub", "k.jsonl"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("line 1 is signed by key"),
+        "{}",
+        stderr(&o)
+    );
+    // A scheme that is not HTTP is a usage error.
+    let o = w.attest(&[
+        "run",
+        "--daemon",
+        "ftp://x",
+        "--key",
+        "harness.key",
+        "--bundle",
+        "k.jsonl",
+        "js.json",
+    ]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    w.stop().await;
+}

@@ -467,7 +467,7 @@ impl Appender {
         let mode = meta.permissions().mode() & 0o777;
         if !created && mode & 0o077 != 0 && !shared {
             return Err(BundleError::Refused(format!(
-                "{shown} has mode {mode:04o}: group or others can access it (pass shared to append anyway)"
+                "{shown} has mode {mode:04o}: group or others can access it: chmod 600 it, or say it is meant to be shared (--shared-bundle)"
             )));
         }
         let mut file = Flock::lock(file, FlockArg::LockExclusive)
