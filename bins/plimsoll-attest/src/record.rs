@@ -13,7 +13,7 @@ use clap::Args;
 use plimsoll_attest::bundle::{Appender, BundleError, Checkpoint, Entry};
 use plimsoll_attest::{sign_record, SigningKey};
 use plimsoll_client::{Client, ClientError, ClientOptions};
-use plimsoll_core::digest::{session_call_as_run, SessionEvidence};
+use plimsoll_core::digest::session_call_as_run;
 use plimsoll_core::pb;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -143,12 +143,23 @@ struct Opened {
 }
 
 impl Opened {
-    /// After a failure before anything was appended: a bundle this invocation created is
-    /// removed again, so no empty (and so unverifiable) bundle is left behind.
-    fn discard_if_new(self, b: &BundleArgs) {
-        if self.created && self.appender.lines() == 0 {
-            drop(self.appender);
-            let _ = std::fs::remove_file(&b.bundle);
+    /// Awaits `first` (what must happen before anything is appended: connecting, the run,
+    /// the open). If it fails, a bundle this invocation created is removed again, so no
+    /// empty (and so unverifiable) bundle is left behind.
+    async fn before_append<T>(
+        self,
+        b: &BundleArgs,
+        first: impl std::future::Future<Output = Result<T, Fail>>,
+    ) -> Result<(Appender, SigningKey, T), Fail> {
+        match first.await {
+            Ok(t) => Ok((self.appender, self.key, t)),
+            Err(f) => {
+                if self.created && self.appender.lines() == 0 {
+                    drop(self.appender);
+                    let _ = std::fs::remove_file(&b.bundle);
+                }
+                Err(f)
+            }
         }
     }
 }
@@ -250,21 +261,13 @@ pub async fn run(a: RunArgs) -> Result<u8, Fail> {
     if req.protocol == 0 {
         req.protocol = plimsoll_core::PROTOCOL;
     }
-    let opened = open_bundle(&a.bundle)?;
     let answer = async {
         let mut client = connect(&a.daemon).await?;
         client.run(req.clone()).await.map_err(failed)
     };
-    let resp = match answer.await {
-        Ok(r) => r,
-        Err(f) => {
-            opened.discard_if_new(&a.bundle);
-            return Err(f);
-        }
-    };
-    let Opened {
-        mut appender, key, ..
-    } = opened;
+    let (mut appender, key, resp) = open_bundle(&a.bundle)?
+        .before_append(&a.bundle, answer)
+        .await?;
     let line = appender
         .append_run(&req, &resp)
         .map_err(|e| {
@@ -294,16 +297,6 @@ pub async fn run(a: RunArgs) -> Result<u8, Fail> {
     Ok(0)
 }
 
-fn evidence(opened: &pb::OpenSessionResponse) -> SessionEvidence {
-    SessionEvidence {
-        provider: opened.sandbox.clone(),
-        isolation: opened.isolation.clone(),
-        environment: String::new(),
-        software_identity: opened.software_identity.clone(),
-        policy: String::new(),
-    }
-}
-
 /// `session`.
 pub async fn session(a: SessionArgs) -> Result<u8, Fail> {
     let mut open: pb::OpenSessionRequest = match &a.open {
@@ -321,24 +314,16 @@ pub async fn session(a: SessionArgs) -> Result<u8, Fail> {
         .iter()
         .map(|p| read_json("CALL", p))
         .collect::<Result<_, _>>()?;
-    let opened = open_bundle(&a.bundle)?;
     let started = async {
         let mut client = connect(&a.daemon).await?;
         let session = client.open_session(open).await.map_err(failed)?;
         Ok::<_, Fail>((client, session))
     };
-    let (mut client, mut session) = match started.await {
-        Ok(s) => s,
-        Err(f) => {
-            opened.discard_if_new(&a.bundle);
-            return Err(f);
-        }
-    };
-    let Opened {
-        mut appender, key, ..
-    } = opened;
+    let (mut appender, key, (mut client, mut session)) = open_bundle(&a.bundle)?
+        .before_append(&a.bundle, started)
+        .await?;
     let signed = |rec: Option<&pb::RunRecord>| rec.and_then(|r| sign_record(&key, r).ok());
-    let opened = evidence(session.opened());
+    let opened = session.evidence().clone();
     let mut lines = Vec::new();
     let mut answers: Vec<Value> = Vec::new();
     let mut failure: Option<Fail> = None;

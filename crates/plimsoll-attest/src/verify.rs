@@ -253,6 +253,16 @@ impl<'k> Verifier<'k> {
         Ok(())
     }
 
+    /// The chain state of session `fingerprint`, first seen at line `n` if it is new.
+    fn session(&mut self, fingerprint: &str, n: u64) -> &mut ChainState {
+        self.sessions
+            .entry(fingerprint.to_owned())
+            .or_insert(ChainState {
+                first_line: n,
+                ..Default::default()
+            })
+    }
+
     fn entry(&mut self, n: u64, entry: &Entry, env: &Envelope) -> Result<(), BundleError> {
         let payload = self.verify_env(n, env, "the envelope")?;
         let statement = decode_statement(payload).map_err(|e| err(n, format!("envelope: {e}")))?;
@@ -262,13 +272,7 @@ impl<'k> Verifier<'k> {
                 if !entry.request.is_empty() || !entry.response.is_empty() {
                     return Err(err(n, "a session close carries an exchange"));
                 }
-                let state = self
-                    .sessions
-                    .entry(c.session.clone())
-                    .or_insert(ChainState {
-                        first_line: n,
-                        ..Default::default()
-                    });
+                let state = self.session(&c.session, n);
                 if let Some(at) = state.closed_at {
                     return Err(err(
                         n,
@@ -354,13 +358,7 @@ impl<'k> Verifier<'k> {
             });
             return Ok(());
         }
-        let state = self
-            .sessions
-            .entry(rec.session.clone())
-            .or_insert(ChainState {
-                first_line: n,
-                ..Default::default()
-            });
+        let state = self.session(&rec.session, n);
         if let Some(at) = state.closed_at {
             return Err(err(
                 n,

@@ -312,21 +312,12 @@ impl Client {
                 "the open answer's fingerprint is not the SHA-256 of its session id".into(),
             ));
         }
-        Ok(Session {
-            id: opened.session_id.clone(),
-            evidence: SessionEvidence {
-                provider: opened.sandbox.clone(),
-                isolation: opened.isolation.clone(),
-                environment: String::new(),
-                software_identity: opened.software_identity.clone(),
-                policy: String::new(),
-            },
+        Ok(Session::resume(
+            opened.session_id.clone(),
             opened,
-            calls: 0,
-            last_sha256: String::new(),
-            lost: None,
-            ended: None,
-        })
+            0,
+            String::new(),
+        ))
     }
 
     /// Runs one call in `session` (its `session_id` is filled in here) and checks the
@@ -485,6 +476,10 @@ impl Session {
     /// What the daemon answered at open.
     pub fn opened(&self) -> &pb::OpenSessionResponse {
         &self.opened
+    }
+    /// What the daemon stated at open, as an unanswered call's record must repeat it.
+    pub fn evidence(&self) -> &SessionEvidence {
+        &self.evidence
     }
     /// The fingerprint (what records and logs carry).
     pub fn fingerprint(&self) -> &str {
