@@ -11,6 +11,7 @@
 //! - [`fake_cluster`]: a fake Kubernetes API server and agent-sandbox controller with real
 //!   terminator + sandboxd pods.
 //! - [`tsa`]: a live OpenSSL RFC 3161 time-stamp authority on loopback.
+//! - [`python`]: the gate for tests driven by independent Python clients.
 
 pub mod ca;
 pub mod daemon;
@@ -18,6 +19,7 @@ pub mod docker;
 pub mod fake_cluster;
 pub mod net;
 pub mod plimsolld;
+pub mod python;
 pub mod sessions;
 pub mod tsa;
 pub mod upstream;
