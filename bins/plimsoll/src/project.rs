@@ -1,68 +1,14 @@
-//! Reading a project directory into `ProjectFile`s: regular files only, relative `/`
-//! paths, UTF-8 text only, in a stable (sorted) order so the request digest is stable.
+//! The project directory (`--project DIR`, read by `plimsoll_client::files`) and the
+//! `--timeout` duration.
 
-use std::fs;
 use std::path::Path;
 
-use anyhow::{bail, Context};
 use plimsoll_core::pb;
-use plimsoll_core::validate::check_relative_path;
 
-/// Reads every regular file under `dir` (recursively). `.git` directories are skipped;
-/// symbolic links and other non-regular entries are skipped with a warning, never followed.
-/// A file that is not UTF-8 text is refused: the protocol carries project files as text.
+/// Reads every regular text file under `dir` ([`plimsoll_client::files::read_tree`]), the
+/// error prefixed with the flag that named it.
 pub fn read_project(dir: &Path) -> anyhow::Result<Vec<pb::ProjectFile>> {
-    let meta = fs::metadata(dir).with_context(|| format!("--project {}", dir.display()))?;
-    if !meta.is_dir() {
-        bail!("--project {}: not a directory", dir.display());
-    }
-    let mut files = Vec::new();
-    walk(dir, "", &mut files)?;
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
-}
-
-fn walk(dir: &Path, prefix: &str, out: &mut Vec<pb::ProjectFile>) -> anyhow::Result<()> {
-    let entries =
-        fs::read_dir(dir).with_context(|| format!("--project: cannot list {}", dir.display()))?;
-    for entry in entries {
-        let entry = entry.with_context(|| format!("--project: cannot list {}", dir.display()))?;
-        let full = entry.path();
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-            bail!(
-                "--project: file name {} is not UTF-8; rename it or move it out of the project",
-                full.display()
-            );
-        };
-        let rel = if prefix.is_empty() {
-            name.clone()
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let ty = entry
-            .file_type()
-            .with_context(|| format!("--project: cannot stat {}", full.display()))?;
-        if ty.is_dir() {
-            if name == ".git" {
-                continue;
-            }
-            walk(&full, &rel, out)?;
-        } else if ty.is_file() {
-            check_relative_path(&rel).map_err(|e| anyhow::anyhow!("--project: {rel}: {e}"))?;
-            let bytes = fs::read(&full)
-                .with_context(|| format!("--project: cannot read {}", full.display()))?;
-            let content = String::from_utf8(bytes).map_err(|_| {
-                anyhow::anyhow!(
-                    "--project: {} is not UTF-8 text; only text files can be sent in a project",
-                    full.display()
-                )
-            })?;
-            out.push(pb::ProjectFile { path: rel, content });
-        } else {
-            tracing::warn!(path = %full.display(), "skipping a project entry that is not a regular file or directory (symbolic links are not followed)");
-        }
-    }
-    Ok(())
+    plimsoll_client::files::read_tree(dir).map_err(|e| anyhow::anyhow!("--project {e}"))
 }
 
 /// Parses a timeout: milliseconds (`1500`, `1500ms`), seconds (`5s`) or minutes (`2m`).
@@ -105,25 +51,6 @@ mod tests {
         assert!(parse_timeout("5h").is_err());
         assert!(parse_timeout("-1s").is_err());
         assert!(parse_timeout("99999999999").is_err());
-    }
-
-    #[test]
-    fn reads_text_files_sorted_and_refuses_binary() {
-        let d = tempfile::tempdir().unwrap();
-        fs::create_dir_all(d.path().join("src/lib")).unwrap();
-        fs::create_dir_all(d.path().join(".git")).unwrap();
-        fs::write(d.path().join(".git/index"), [0xff, 0xfe]).unwrap();
-        fs::write(d.path().join("src/lib/a.js"), "a").unwrap();
-        fs::write(d.path().join("package.json"), "{}").unwrap();
-        std::os::unix::fs::symlink("/etc/passwd", d.path().join("link")).unwrap();
-        let files = read_project(d.path()).unwrap();
-        let paths: Vec<_> = files.iter().map(|f| f.path.as_str()).collect();
-        assert_eq!(paths, ["package.json", "src/lib/a.js"]);
-        assert_eq!(files[1].content, "a");
-
-        fs::write(d.path().join("blob.bin"), [0u8, 0xff, 0x80]).unwrap();
-        let e = read_project(d.path()).unwrap_err().to_string();
-        assert!(e.contains("blob.bin") && e.contains("not UTF-8"), "{e}");
     }
 
     #[test]

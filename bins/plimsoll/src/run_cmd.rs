@@ -7,7 +7,6 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{ArgGroup, Args};
-use plimsoll_callers::{fingerprint, generate_token, Caller, CallersFile, Registry, SCOPE_RUN};
 use plimsoll_client::{pb, Client, ClientOptions};
 use plimsoll_core::validate::MAX_REQUEST_BYTES;
 use plimsoll_core::PROTOCOL;
@@ -192,31 +191,10 @@ impl Link {
         provider: &'static str,
         max_sessions: usize,
     ) -> Result<Link, Fail> {
-        let token = generate_token();
-        let file = CallersFile {
-            clients: vec![Caller {
-                id: "embedded".into(),
-                token_sha256: fingerprint(&token),
-                scopes: vec![SCOPE_RUN.into()],
-            }],
-        };
-        let registry =
-            Registry::new(file).map_err(|e| Fail::connect(format!("embedded daemon: {e}")))?;
-        let mut cfg = plimsoll_daemon::Config::embedded(registry);
-        cfg.sessions.max_sessions = max_sessions;
-        // The embedded providers read no variable of their own: an empty source gives their
-        // defaults, never the caller's environment.
-        cfg.provider = plimsoll_daemon::ProviderConfig::from_env(
-            provider,
-            &plimsoll_daemon::env::MapEnv::default(),
-            &cfg.shared,
-        )
-        .map_err(|e| Fail::connect(format!("the embedded daemon did not start: {e}")))?;
-        let daemon = plimsoll_daemon::start(cfg)
-            .await
-            .map_err(|e| Fail::connect(format!("the embedded daemon did not start: {e}")))?;
-        let url = format!("http://{}", daemon.rpc_addr());
-        tracing::info!(addr = %url, provider, "embedded daemon started");
+        let plimsoll_daemon::embedded::Embedded { daemon, url, token } =
+            plimsoll_daemon::embedded::start(provider, max_sessions)
+                .await
+                .map_err(|e| Fail::connect(format!("the embedded daemon did not start: {e}")))?;
         let client = match Client::connect(
             &url,
             ClientOptions {

@@ -8,6 +8,8 @@
 //! `https://` addresses are served by rustls (ring provider) trusting only the PEM CA file
 //! the caller names; the system's roots are never consulted.
 
+pub mod files;
+
 use std::fmt;
 use std::future::Future;
 use std::net::IpAddr;

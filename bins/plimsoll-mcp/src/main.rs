@@ -1,0 +1,263 @@
+//! plimsoll-mcp: the MCP server agents use. Tools `run_code`, `open_session`,
+//! `close_session` and `describe`, over stdio (the default, for desktop agents) or
+//! streamable HTTP (`--listen`), through plimsolld (`--daemon`) or, without one, an embedded
+//! daemon started the way `plimsoll run` starts its own.
+//!
+//! Logs go to stderr only (stdout is the protocol channel on stdio). No token, session id,
+//! code or output is ever logged. Exit codes are listed in [`EXIT_CODES`].
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use plimsoll_client::{Client, ClientOptions};
+use plimsoll_mcp::http::HttpOptions;
+use plimsoll_mcp::{CallFiles, PlimsollMcp};
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  the client closed stdin (stdio), or a signal (SIGINT, SIGTERM) stopped the server;
+     the sessions it held were closed
+  1  serving failed (the protocol channel broke)
+  2  usage or configuration error (one line naming the bad flag, variable or file)
+  4  the daemon could not be reached, or the embedded daemon did not start
+
+Variables:
+  PLIMSOLL_CALLER_TOKEN  the caller token for --daemon (instead of --token-file)
+  PLIMSOLL_MCP_TOKEN     the bearer token HTTP clients must send (instead of
+                         --http-token-file)
+  RUST_LOG               the log level (default warn)";
+
+/// The MCP server agents use: run code in plimsoll's sandbox, with sessions and call files.
+#[derive(Debug, Parser)]
+#[command(name = "plimsoll-mcp", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// The plimsolld to send calls to (http://HOST:PORT, or https:// with --ca-file).
+    /// Without it an embedded daemon is started in this process (see --provider).
+    #[arg(long, value_name = "URL")]
+    daemon: Option<String>,
+    /// File holding the caller token for --daemon (or set PLIMSOLL_CALLER_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "daemon")]
+    token_file: Option<PathBuf>,
+    /// PEM CA certificates an https:// daemon's certificate must chain to.
+    #[arg(long, value_name = "FILE", requires = "daemon")]
+    ca_file: Option<PathBuf>,
+    /// Without --daemon: the embedded daemon's provider. `process` (the default) runs
+    /// python3, node and sh from PATH, with sessions; `quickjs` runs JavaScript snippets
+    /// only and needs nothing installed.
+    #[arg(long, value_name = "NAME", value_parser = ["process", "quickjs"], conflicts_with = "daemon")]
+    provider: Option<String>,
+    /// Write every regular text file under DIR into every run_code call, fresh or in a
+    /// session, before the call's own files (a call's file at the same path is refused).
+    #[arg(long, value_name = "DIR")]
+    call_files: Option<PathBuf>,
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (for example
+    /// 127.0.0.1:8750). Off loopback a bearer token is required (--http-token-file).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// File holding the bearer token HTTP clients must send (or set PLIMSOLL_MCP_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    http_token_file: Option<PathBuf>,
+    /// A Host name HTTP clients may use besides localhost and loopback addresses
+    /// (repeatable; a guard against DNS rebinding).
+    #[arg(long, value_name = "HOST", requires = "listen")]
+    allowed_host: Vec<String>,
+    /// Log format on stderr: text (default on a terminal) or json (default otherwise).
+    #[arg(long, value_enum)]
+    log_format: Option<plimsoll_log::LogFormat>,
+}
+
+/// A failure and the exit code it maps to.
+struct Fail(u8, anyhow::Error);
+
+fn usage(e: impl Into<anyhow::Error>) -> Fail {
+    Fail(2, e.into())
+}
+
+/// The sessions the embedded daemon keeps for this server.
+const EMBEDDED_SESSIONS: usize = 16;
+
+fn main() -> ExitCode {
+    // Re-executed as the quickjs provider's worker: run one snippet and nothing else.
+    if let Some(code) = plimsoll_quickjs::run_if_worker() {
+        return code;
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let text = e.render().to_string();
+            let first = text.split("\n\n").next().unwrap_or(&text);
+            say(&format!(
+                "plimsoll-mcp: {}",
+                first.split_whitespace().collect::<Vec<_>>().join(" ")
+            ));
+            return ExitCode::from(2);
+        }
+    };
+    plimsoll_log::init_at(cli.log_format, "warn");
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            say(&format!(
+                "plimsoll-mcp: cannot start the async runtime: {e}"
+            ));
+            return ExitCode::from(4);
+        }
+    };
+    let outcome = rt.block_on(serve(cli));
+    // stdio's reader blocks in a thread that cannot be cancelled: do not wait for it.
+    rt.shutdown_background();
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Fail(code, e)) => {
+            say(&format!("plimsoll-mcp: {e:#}"));
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Reads a token from `file`, else from `var`; `None` when neither is given.
+fn token(file: Option<&Path>, flag: &str, var: &str) -> Result<Option<String>, Fail> {
+    let (text, from) = match file {
+        Some(f) => (
+            std::fs::read_to_string(f)
+                .with_context(|| format!("{flag} {}: cannot read", f.display()))
+                .map_err(usage)?,
+            format!("{flag} {}", f.display()),
+        ),
+        None => match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => (v, var.to_owned()),
+            _ => return Ok(None),
+        },
+    };
+    let t = text.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(usage(anyhow::anyhow!(
+            "{from}: a token is one run of visible ASCII characters (the value is not shown)"
+        )));
+    }
+    Ok(Some(t.to_owned()))
+}
+
+async fn serve(cli: Cli) -> Result<(), Fail> {
+    let call_files = match &cli.call_files {
+        Some(dir) => CallFiles::from_dir(dir).map_err(usage)?,
+        None => CallFiles::new(),
+    };
+    let http_token = match cli.listen {
+        Some(addr) => {
+            let t = token(
+                cli.http_token_file.as_deref(),
+                "--http-token-file",
+                "PLIMSOLL_MCP_TOKEN",
+            )?;
+            if t.is_none() && !addr.ip().is_loopback() {
+                return Err(usage(anyhow::anyhow!(
+                    "--listen {addr} is not a loopback address: give a bearer token with --http-token-file FILE or PLIMSOLL_MCP_TOKEN"
+                )));
+            }
+            t
+        }
+        None => None,
+    };
+    let (client, embedded) = match &cli.daemon {
+        Some(url) => {
+            let token = token(
+                cli.token_file.as_deref(),
+                "--token-file",
+                "PLIMSOLL_CALLER_TOKEN",
+            )?;
+            let opts = ClientOptions {
+                token,
+                ca_file: cli.ca_file.clone(),
+            };
+            let c = Client::connect(url, opts)
+                .await
+                .map_err(|e| Fail(4, anyhow::anyhow!("--daemon {url}: {e}")))?;
+            (c, None)
+        }
+        None => {
+            let provider = cli.provider.as_deref().unwrap_or("process");
+            let sessions = if provider == "process" {
+                EMBEDDED_SESSIONS
+            } else {
+                0
+            };
+            let e = plimsoll_daemon::embedded::start(provider, sessions)
+                .await
+                .map_err(|e| Fail(4, anyhow::anyhow!("the embedded daemon did not start: {e}")))?;
+            let opts = ClientOptions {
+                token: Some(e.token.clone()),
+                ca_file: None,
+            };
+            match Client::connect(&e.url, opts).await {
+                Ok(c) => (c, Some(e.daemon)),
+                Err(err) => {
+                    e.daemon.shutdown().await;
+                    return Err(Fail(4, anyhow::anyhow!("the embedded daemon: {err}")));
+                }
+            }
+        }
+    };
+    let server = PlimsollMcp::new(client, call_files);
+    let served = match cli.listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--listen {addr}: cannot listen"))
+                .map_err(usage)?;
+            let bound = listener
+                .local_addr()
+                .map_err(|e| usage(anyhow::Error::from(e)))?;
+            tracing::info!(url = %format!("http://{bound}/mcp"), "serving MCP over streamable HTTP");
+            // The one line a script waits for (stderr, whatever the log level).
+            say(&format!("plimsoll-mcp: serving MCP at http://{bound}/mcp"));
+            let opts = HttpOptions {
+                bearer_token: http_token,
+                allowed_hosts: cli.allowed_host.clone(),
+            };
+            let r = plimsoll_mcp::http::serve(listener, server.clone(), opts, stop_signal()).await;
+            server.close_all().await;
+            r
+        }
+        None => tokio::select! {
+            r = plimsoll_mcp::serve_stdio(server.clone()) => r,
+            () = stop_signal() => {
+                server.close_all().await;
+                Ok(())
+            }
+        },
+    };
+    if let Some(d) = embedded {
+        d.shutdown().await;
+    }
+    served.map_err(|e| Fail(1, anyhow::anyhow!("serving MCP failed: {e}")))
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
