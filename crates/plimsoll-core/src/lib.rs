@@ -47,5 +47,10 @@ pub use refusal::{
 };
 pub use tier::{Floor, Tier};
 
+/// The encoded `google.protobuf.FileDescriptorSet` of every proto file this crate compiles
+/// (`plimsoll.v1`, `plimsoll.sandboxd.v1`, `google.rpc`), written by the build script: what
+/// plimsolld's server reflection answers from.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptor.bin"));
+
 /// The one protocol number this release serves.
 pub const PROTOCOL: u32 = 5;

@@ -47,6 +47,10 @@ pub const DAEMON_VARIABLES: &[Variable] = &[
         "1 refuses to start unless every production safeguard is set",
     ),
     (
+        "PLIMSOLL_REFLECTION",
+        "gRPC server reflection on the RPC listener, without a token (default 1; 0 in hardened mode)",
+    ),
+    (
         "PLIMSOLL_STATE_DIR",
         "where runs get their working directories (default $TMPDIR/plimsoll)",
     ),
@@ -137,6 +141,9 @@ pub struct Config {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Hardened mode.
     pub hardened: bool,
+    /// Server reflection (`grpc.reflection.v1` and `v1alpha`) on the RPC listener:
+    /// `PLIMSOLL_REFLECTION`, on unless hardened mode, where only an explicit `1` turns it on.
+    pub reflection: bool,
     /// The provider and its settings: exactly one, so no other provider's settings exist.
     pub provider: ProviderConfig,
     /// The daemon-wide floor.
@@ -247,6 +254,14 @@ impl Config {
             _ => Some(v.address("PLIMSOLL_METRICS_ADDR", "127.0.0.1:9464")?),
         };
         let hardened = v.bool("PLIMSOLL_HARDENED")?;
+        // Reflection tells anyone who can connect, token or not, the service's schema (all of
+        // it is in the public proto files). Hardened mode keeps that door shut unless the
+        // operator opens it by name.
+        let reflection = if v.is_set("PLIMSOLL_REFLECTION") {
+            v.bool("PLIMSOLL_REFLECTION")?
+        } else {
+            !hardened
+        };
         let clients_file = v.path("PLIMSOLL_CLIENTS_FILE");
         let auth = caller_auth(
             clients_file.as_deref(),
@@ -317,6 +332,7 @@ impl Config {
             clients_file,
             tls,
             hardened,
+            reflection,
             provider,
             min_isolation,
             max_concurrent,
@@ -338,6 +354,8 @@ impl Config {
             clients_file: None,
             tls: None,
             hardened: false,
+            // Its one client is the CLI that started it.
+            reflection: false,
             provider: ProviderConfig::Process(plimsoll_process::ProcessConfig::new(&shared)),
             min_isolation: Floor::NONE,
             max_concurrent: 8,

@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod doors;
 pub mod embedded;
 pub mod env;
 pub mod metrics;

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::auth::Authenticator;
 use crate::config::{is_loopback, CallerAuth, Config, RESOURCE_VARIABLES};
+use crate::doors::{self, HealthDoor};
 use crate::metrics::Metrics;
 use crate::provider::{self, Provider};
 use crate::service::Service;
@@ -168,6 +169,8 @@ pub struct RunningDaemon {
     rpc_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
     draining: Arc<AtomicBool>,
+    /// `grpc.health.v1.Health`'s states: `SERVING` until the drain starts.
+    health: HealthDoor,
     stop: Arc<Notify>,
     rpc: JoinHandle<Result<(), tonic::transport::Error>>,
     metrics_task: Option<JoinHandle<()>>,
@@ -192,6 +195,9 @@ impl RunningDaemon {
     /// removes every container of its instance, bounded) and returns.
     pub async fn shutdown(self) {
         self.draining.store(true, Ordering::SeqCst);
+        // Health says NOT_SERVING and ends its Watch streams before the listener drains: an
+        // open Watch would otherwise hold the drain for the whole grace period.
+        self.health.draining().await;
         // notify_one stores a permit: the server's shutdown future may not have been
         // polled yet (a daemon stopped right after it started), and notify_waiters would
         // lose the signal and hold shutdown for the whole grace period.
@@ -412,7 +418,14 @@ pub async fn start_with(
             message: e.to_string(),
         })?;
     }
-    let router = builder.add_service(svc);
+    // Health and reflection sit beside the authenticated service, outside its interceptor:
+    // probes and schema tools carry no token. Same listener, same TLS.
+    let (health, health_svc) = HealthDoor::serving().await;
+    let router = builder
+        .add_service(svc)
+        .add_service(health_svc)
+        .add_optional_service(cfg.reflection.then(doors::reflection_v1))
+        .add_optional_service(cfg.reflection.then(doors::reflection_v1alpha));
     // Nagle's algorithm with the peer's delayed ACK holds a small answer for ~40 ms: every
     // accepted connection gets TCP_NODELAY.
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -457,11 +470,13 @@ pub async fn start_with(
         })
     });
     tracing::info!(addr = %rpc_addr, metrics = ?metrics_addr, provider = %facts.name,
-        isolation = facts.tier.map_or("none", |t| t.as_str()), protocol = plimsoll_core::PROTOCOL, "serving");
+        isolation = facts.tier.map_or("none", |t| t.as_str()), protocol = plimsoll_core::PROTOCOL,
+        reflection = cfg.reflection, "serving");
     Ok(RunningDaemon {
         rpc_addr,
         metrics_addr,
         draining,
+        health,
         stop,
         rpc,
         metrics_task,

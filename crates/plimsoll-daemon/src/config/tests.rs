@@ -362,3 +362,34 @@ fn session_settings_are_read_and_checked() {
         assert_eq!(cfg(pairs).unwrap_err().name, name, "{pairs:?}");
     }
 }
+
+#[test]
+fn reflection_is_on_unless_hardened_and_an_explicit_value_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let callers = dir.path().join("callers.json");
+    let mut f = plimsoll_callers::CallersFile::default();
+    f.add("a", &[]).unwrap();
+    f.save(&callers).unwrap();
+    let callers = callers.to_str().unwrap();
+    let reflection = |pairs: &[(&str, &str)]| {
+        let mut all = vec![("PLIMSOLL_CLIENTS_FILE", callers)];
+        all.extend_from_slice(pairs);
+        Config::from_env(&MapEnv::from_pairs(all)).map(|c| c.reflection)
+    };
+    assert!(reflection(&[]).unwrap());
+    assert!(reflection(&[("PLIMSOLL_REFLECTION", " ")]).unwrap());
+    assert!(!reflection(&[("PLIMSOLL_REFLECTION", "0")]).unwrap());
+    assert!(reflection(&[("PLIMSOLL_REFLECTION", "true")]).unwrap());
+    // Hardened mode: off by default (blank is unset), on only when named.
+    let h = ("PLIMSOLL_HARDENED", "1");
+    assert!(!reflection(&[h]).unwrap());
+    assert!(!reflection(&[h, ("PLIMSOLL_REFLECTION", "")]).unwrap());
+    assert!(!reflection(&[h, ("PLIMSOLL_REFLECTION", "false")]).unwrap());
+    assert!(reflection(&[h, ("PLIMSOLL_REFLECTION", "1")]).unwrap());
+    let e = reflection(&[("PLIMSOLL_REFLECTION", "on")]).unwrap_err();
+    assert_eq!(e.name, "PLIMSOLL_REFLECTION");
+    // The variable is known: not reported as unknown, and `--help` lists it.
+    let env = MapEnv::from_pairs([("PLIMSOLL_REFLECTION", "0")]);
+    assert!(unknown_variables(&env).is_empty());
+    assert!(variables_help().contains("PLIMSOLL_REFLECTION"));
+}
