@@ -16,7 +16,11 @@ fn script() -> PathBuf {
 fn call_files() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(d.path().join("config")).unwrap();
-    std::fs::write(d.path().join("config/greeting.txt"), "hello from the embedder\n").unwrap();
+    std::fs::write(
+        d.path().join("config/greeting.txt"),
+        "hello from the embedder\n",
+    )
+    .unwrap();
     d
 }
 
@@ -69,7 +73,10 @@ fn python_sdk_over_streamable_http_with_a_bearer_token() {
     let mut log = String::new();
     let url = loop {
         let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "plimsoll-mcp ended: {log}");
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "plimsoll-mcp ended: {log}"
+        );
         log.push_str(&line);
         if let Some(u) = line.trim().strip_prefix("plimsoll-mcp: serving MCP at ") {
             break u.to_owned();
@@ -80,7 +87,10 @@ fn python_sdk_over_streamable_http_with_a_bearer_token() {
         let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
         s
     });
-    let addr = url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
     for auth in ["", "Authorization: Bearer wrong\r\n"] {
         let status = raw_post(&addr, auth);
         assert!(status.starts_with("HTTP/1.1 401"), "{auth:?}: {status}");
@@ -97,12 +107,18 @@ fn python_sdk_over_streamable_http_with_a_bearer_token() {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        assert!(Instant::now() < deadline, "plimsoll-mcp did not stop on SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "plimsoll-mcp did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     log.push_str(&rest.join().unwrap());
     assert!(status.success(), "{status}: {log}");
-    assert!(!log.contains(token), "the bearer token reached a log line:\n{log}");
+    assert!(
+        !log.contains(token),
+        "the bearer token reached a log line:\n{log}"
+    );
 }
 
 /// POSTs an initialize request with `auth` headers; the status line.

@@ -13,6 +13,8 @@ struct Server {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: BufReader<ChildStdout>,
+    /// stderr, drained as it comes (a full pipe would block the server's logging).
+    stderr: Option<std::thread::JoinHandle<String>>,
     next_id: u64,
 }
 
@@ -28,12 +30,27 @@ impl Server {
             .unwrap();
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut s = Server { child, stdin, stdout, next_id: 0 };
+        let mut err = child.stderr.take().unwrap();
+        let stderr = Some(std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut s);
+            s
+        }));
+        let mut s = Server {
+            child,
+            stdin,
+            stdout,
+            stderr,
+            next_id: 0,
+        };
         let init = s.request(
             "initialize",
             json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "protocol-test", "version": "1"}}),
         );
-        assert_eq!(init["result"]["serverInfo"]["name"], "plimsoll-mcp", "{init}");
+        assert_eq!(
+            init["result"]["serverInfo"]["name"], "plimsoll-mcp",
+            "{init}"
+        );
         s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         s
     }
@@ -50,8 +67,12 @@ impl Server {
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         loop {
             let mut line = String::new();
-            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "stdout closed before answer {id}");
-            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON on stdout ({e}): {line}"));
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "stdout closed before answer {id}"
+            );
+            let v: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not JSON on stdout ({e}): {line}"));
             if v["id"] == id {
                 return v;
             }
@@ -66,31 +87,57 @@ impl Server {
     /// Closes stdin and returns the exit status and stderr.
     fn finish(mut self) -> (std::process::ExitStatus, String) {
         drop(self.stdin.take());
-        let out = self.child.wait_with_output().unwrap();
-        (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+        let status = self.child.wait().unwrap();
+        (status, self.stderr.take().unwrap().join().unwrap())
     }
 }
 
 fn text(result: &Value) -> String {
-    result["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[test]
 fn stdio_json_rpc_on_the_embedded_quickjs_daemon() {
     let mut s = Server::start(&["--provider", "quickjs"], &[]);
     let tools = s.request("tools/list", json!({}));
-    let names: Vec<_> = tools["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect();
-    assert_eq!(names, ["run_code", "open_session", "close_session", "describe"]);
-    assert_eq!(tools["result"]["tools"][0]["inputSchema"]["required"], json!(["language", "code"]));
+    let names: Vec<_> = tools["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["run_code", "open_session", "close_session", "describe"]
+    );
+    assert_eq!(
+        tools["result"]["tools"][0]["inputSchema"]["required"],
+        json!(["language", "code"])
+    );
 
-    let r = s.call("run_code", json!({"language": "javascript", "code": "console.log('quick' + 'js')"}));
+    let r = s.call(
+        "run_code",
+        json!({"language": "javascript", "code": "console.log('quick' + 'js')"}),
+    );
     assert_eq!(r["isError"], false, "{r}");
     assert_eq!(r["structuredContent"]["stdout"], "quickjs\n", "{r}");
     assert_eq!(r["structuredContent"]["provider"], "quickjs", "{r}");
-    assert_eq!(r["structuredContent"]["record_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(
+        r["structuredContent"]["record_sha256"]
+            .as_str()
+            .unwrap()
+            .len(),
+        64
+    );
 
     // QuickJS runs snippets only: Python needs a project, which it refuses before running.
-    let r = s.call("run_code", json!({"language": "python", "code": "print(1)"}));
+    let r = s.call(
+        "run_code",
+        json!({"language": "python", "code": "print(1)"}),
+    );
     assert_eq!(r["isError"], true, "{r}");
     assert!(text(&r).starts_with("not dispatched (unsupported):"), "{r}");
     let r = s.call("open_session", json!({}));
@@ -99,18 +146,31 @@ fn stdio_json_rpc_on_the_embedded_quickjs_daemon() {
 
     let r = s.call("run_code", json!({"language": "javascript"}));
     assert_eq!(r["isError"], true);
-    assert_eq!(text(&r), "invalid arguments for run_code: missing field `code`");
-    let r = s.call("run_code", json!({"language": "javascript", "code": "1", "timeout_ms": "5s"}));
-    assert!(text(&r).contains("invalid type: string \"5s\", expected u32"), "{r}");
+    assert_eq!(
+        text(&r),
+        "invalid arguments for run_code: missing field `code`"
+    );
+    let r = s.call(
+        "run_code",
+        json!({"language": "javascript", "code": "1", "timeout_ms": "5s"}),
+    );
+    assert!(
+        text(&r).contains("invalid type: string \"5s\", expected u32"),
+        "{r}"
+    );
 
     let v = s.request("tools/call", json!({"name": "nope", "arguments": {}}));
     assert_eq!(v["error"]["code"], -32602, "{v}");
     let v = s.request("resources/read", json!({"uri": "plimsoll://describe"}));
-    let body: Value = serde_json::from_str(v["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
+    let body: Value =
+        serde_json::from_str(v["result"]["contents"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(body["sandbox"], "quickjs", "{body}");
 
     let (status, stderr) = s.finish();
-    assert!(status.success(), "closing stdin ends the server with 0: {status} {stderr}");
+    assert!(
+        status.success(),
+        "closing stdin ends the server with 0: {status} {stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -127,7 +187,10 @@ async fn through_a_daemon_with_a_caller_token_that_is_never_logged() {
             &["--daemon", &url2],
             &[("PLIMSOLL_CALLER_TOKEN", &token2), ("RUST_LOG", "trace")],
         );
-        let r = s.call("run_code", json!({"language": "javascript", "code": "console.log(2 + 2)"}));
+        let r = s.call(
+            "run_code",
+            json!({"language": "javascript", "code": "console.log(2 + 2)"}),
+        );
         assert_eq!(r["structuredContent"]["stdout"], "4\n", "{r}");
         let r = s.call("describe", json!({}));
         assert!(text(&r).starts_with("provider process"), "{r}");
@@ -137,11 +200,17 @@ async fn through_a_daemon_with_a_caller_token_that_is_never_logged() {
     })
     .await
     .unwrap();
-    assert!(!stderr.contains(&token), "the caller token reached a log line");
+    assert!(
+        !stderr.contains(&token),
+        "the caller token reached a log line"
+    );
 
     // A wrong token: the daemon refuses every call, marked not dispatched.
     let stderr = tokio::task::spawn_blocking(move || {
-        let mut s = Server::start(&["--daemon", &url], &[("PLIMSOLL_CALLER_TOKEN", "wrong-token")]);
+        let mut s = Server::start(
+            &["--daemon", &url],
+            &[("PLIMSOLL_CALLER_TOKEN", "wrong-token")],
+        );
         let r = s.call("run_code", json!({"language": "javascript", "code": "1"}));
         assert!(text(&r).starts_with("not dispatched (permission):"), "{r}");
         s.finish().1
@@ -170,20 +239,61 @@ fn operator_mistakes_are_one_line_errors() {
     std::fs::write(&bad_token, "two words\n").unwrap();
     let bad_token = bad_token.to_str().unwrap();
     let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, i32, &str)> = vec![
-        (vec!["--listen", "0.0.0.0:0"], vec![], 2, "is not a loopback address: give a bearer token with --http-token-file"),
-        (vec!["--call-files", "/nonexistent/call-files"], vec![], 2, "--call-files /nonexistent/call-files: cannot open"),
-        (vec!["--provider", "docker"], vec![], 2, "invalid value 'docker' for '--provider <NAME>'"),
-        (vec!["--daemon", "http://127.0.0.1:1"], vec![], 4, "--daemon http://127.0.0.1:1: "),
-        (vec!["--daemon", "http://127.0.0.1:1", "--token-file", bad_token], vec![], 2, "a token is one run of visible ASCII characters (the value is not shown)"),
-        (vec!["--daemon", "http://127.0.0.1:1", "--provider", "process"], vec![], 2, "cannot be used with"),
-        (vec!["--listen", "127.0.0.1:0"], vec![("PLIMSOLL_MCP_TOKEN", "tab\tinside")], 2, "PLIMSOLL_MCP_TOKEN: a token is one run"),
+        (
+            vec!["--listen", "0.0.0.0:0"],
+            vec![],
+            2,
+            "is not a loopback address: give a bearer token with --http-token-file",
+        ),
+        (
+            vec!["--call-files", "/nonexistent/call-files"],
+            vec![],
+            2,
+            "--call-files /nonexistent/call-files: cannot open",
+        ),
+        (
+            vec!["--provider", "docker"],
+            vec![],
+            2,
+            "invalid value 'docker' for '--provider <NAME>'",
+        ),
+        (
+            vec!["--daemon", "http://127.0.0.1:1"],
+            vec![],
+            4,
+            "--daemon http://127.0.0.1:1: ",
+        ),
+        (
+            vec!["--daemon", "http://127.0.0.1:1", "--token-file", bad_token],
+            vec![],
+            2,
+            "a token is one run of visible ASCII characters (the value is not shown)",
+        ),
+        (
+            vec!["--daemon", "http://127.0.0.1:1", "--provider", "process"],
+            vec![],
+            2,
+            "cannot be used with",
+        ),
+        (
+            vec!["--listen", "127.0.0.1:0"],
+            vec![("PLIMSOLL_MCP_TOKEN", "tab\tinside")],
+            2,
+            "PLIMSOLL_MCP_TOKEN: a token is one run",
+        ),
     ];
     for (args, env, code, want) in cases {
         let (got, stderr) = fails(&args, &env);
         assert_eq!(got, code, "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: one line: {stderr}");
-        assert!(stderr.starts_with("plimsoll-mcp: ") && stderr.contains(want), "{args:?}: {stderr}");
-        assert!(!stderr.contains("two words") && !stderr.contains("tab\tinside"), "{stderr}");
+        assert!(
+            stderr.starts_with("plimsoll-mcp: ") && stderr.contains(want),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("two words") && !stderr.contains("tab\tinside"),
+            "{stderr}"
+        );
     }
 }
 
@@ -192,7 +302,15 @@ fn help_names_the_exit_codes_and_variables() {
     let out = Command::new(BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for want in ["--daemon", "--call-files", "--listen", "--http-token-file", "PLIMSOLL_CALLER_TOKEN", "PLIMSOLL_MCP_TOKEN", "Exit codes:"] {
+    for want in [
+        "--daemon",
+        "--call-files",
+        "--listen",
+        "--http-token-file",
+        "PLIMSOLL_CALLER_TOKEN",
+        "PLIMSOLL_MCP_TOKEN",
+        "Exit codes:",
+    ] {
         assert!(help.contains(want), "--help lacks {want}:\n{help}");
     }
 }

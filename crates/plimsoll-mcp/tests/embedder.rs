@@ -37,25 +37,56 @@ async fn call_files_change_at_run_time_for_fresh_and_session_calls() {
     let cat = json!({"tool": "run_code", "args": {"language": "shell", "code": "cat policy.txt"}});
 
     let r = server.call(call(cat.clone())).await;
-    assert_ne!(r.structured_content.as_ref().unwrap()["exit_code"], 0, "no call file yet");
+    assert_ne!(
+        r.structured_content.as_ref().unwrap()["exit_code"],
+        0,
+        "no call file yet"
+    );
 
-    server.call_files().set(vec![file("policy.txt", "v1\n")]).unwrap();
+    server
+        .call_files()
+        .set(vec![file("policy.txt", "v1\n")])
+        .unwrap();
     let r = server.call(call(cat.clone())).await;
-    assert_eq!(r.structured_content.as_ref().unwrap()["stdout"], "v1\n", "{r:?}");
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["stdout"],
+        "v1\n",
+        "{r:?}"
+    );
 
-    let opened = server.call(call(json!({"tool": "open_session", "args": {}}))).await;
-    let handle = opened.structured_content.as_ref().unwrap()["session"].as_str().unwrap().to_owned();
+    let opened = server
+        .call(call(json!({"tool": "open_session", "args": {}})))
+        .await;
+    let handle = opened.structured_content.as_ref().unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let in_session = json!({"tool": "run_code", "args": {"language": "python", "session": handle,
         "code": "print(open('policy.txt').read().strip())"}});
     let r = server.call(call(in_session.clone())).await;
-    assert_eq!(r.structured_content.as_ref().unwrap()["stdout"], "v1\n", "{r:?}");
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["stdout"],
+        "v1\n",
+        "{r:?}"
+    );
 
-    server.call_files().set(vec![file("policy.txt", "v2\n")]).unwrap();
+    server
+        .call_files()
+        .set(vec![file("policy.txt", "v2\n")])
+        .unwrap();
     assert!(server.call_files().set(vec![file("/abs", "x")]).is_err());
     let r = server.call(call(in_session)).await;
-    assert_eq!(r.structured_content.as_ref().unwrap()["stdout"], "v2\n", "the session's next call is rewritten: {r:?}");
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["stdout"],
+        "v2\n",
+        "the session's next call is rewritten: {r:?}"
+    );
     let r = server.call(call(cat)).await;
-    assert_eq!(r.structured_content.as_ref().unwrap()["stdout"], "v2\n", "{r:?}");
+    assert_eq!(
+        r.structured_content.as_ref().unwrap()["stdout"],
+        "v2\n",
+        "{r:?}"
+    );
 
     assert_eq!(server.open_sessions(), 1);
     server.close_all().await;
