@@ -19,7 +19,8 @@ tasks:
   bench scan           the ship scan on a generated 1 GiB image against a decompress-only baseline;
                        hostile inputs (bombs, nested windows) against 64 MiB peak RSS (--hostile-only)
   bench attest         records signed and verified per second; verify of a 100,000-run bundle against reading and hashing it
-  bench grants         specgen time and peak RSS on a GitHub-sized OpenAPI document; broker latency ratio";
+  bench grants         specgen time and peak RSS on a GitHub-sized OpenAPI document; broker latency ratio
+  bench mcp            run_code through plimsoll-mcp --daemon against Client::run and `plimsoll run --addr`; idle RSS";
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -7,6 +7,7 @@ pub mod agentsandbox;
 pub mod attest;
 pub mod docker;
 pub mod grants;
+pub mod mcp;
 pub mod mem;
 pub mod process;
 pub mod quickjs;
@@ -30,6 +31,7 @@ pub fn run(name: Option<&str>, args: &[&str], tasks: &str) -> anyhow::Result<()>
         Some("scan") => scan::run(args),
         Some("sessions") => sessions::run(args),
         Some("attest") => attest::run(args),
+        Some("mcp") => mcp::run(args),
         other => anyhow::bail!("unknown benchmark {other:?}\n{tasks}"),
     }
 }
