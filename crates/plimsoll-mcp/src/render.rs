@@ -143,6 +143,9 @@ impl RunOutput {
         if let Some(seq) = self.sequence {
             s.push_str(&format!("session call {seq}\n"));
         }
+        // The record line comes before the program's output, and each output section has
+        // an end marker, so nothing the program prints can pass for this server's lines.
+        s.push_str(&format!("record sha256:{}\n", self.record_sha256));
         for (name, body, cut) in [
             ("stdout", &self.stdout, self.stdout_truncated),
             ("stderr", &self.stderr, self.stderr_truncated),
@@ -155,8 +158,8 @@ impl RunOutput {
             if !body.is_empty() && !body.ends_with('\n') {
                 s.push('\n');
             }
+            s.push_str(&format!("--- end of {name} ---\n"));
         }
-        s.push_str(&format!("record sha256:{}\n", self.record_sha256));
         s
     }
 
@@ -287,9 +290,10 @@ mod tests {
             "{s}"
         );
         assert!(
-            s.contains("--- stdout ---\nhi\n--- stderr ---\nwarn\n"),
+            s.contains("--- stdout ---\nhi\n--- end of stdout ---\n--- stderr ---\nwarn\n--- end of stderr ---\n"),
             "{s}"
         );
+        assert!(s.find("record sha256:") < s.find("--- stdout ---"), "{s}");
         let r = out.into_result();
         assert_eq!(r.is_error, Some(false));
         let v = r.structured_content.unwrap();
