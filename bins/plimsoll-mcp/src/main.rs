@@ -141,12 +141,18 @@ fn token(file: Option<&Path>, flag: &str, var: &str) -> Result<Option<String>, F
             format!("{flag} {}", f.display()),
         ),
         None => match std::env::var(var) {
-            Ok(v) if !v.trim().is_empty() => (v, var.to_owned()),
-            _ => return Ok(None),
+            Ok(v) => (v, var.to_owned()),
+            Err(_) => return Ok(None),
         },
     };
     let t = text.trim();
-    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_graphic()) {
+    if t.is_empty() {
+        // Set but blank is a mistake, never a way to turn authentication off.
+        return Err(usage(anyhow::anyhow!(
+            "{from} is empty: give the token, or leave {from} out"
+        )));
+    }
+    if !t.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(usage(anyhow::anyhow!(
             "{from}: a token is one run of visible ASCII characters (the value is not shown)"
         )));
@@ -166,6 +172,11 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
                 "--http-token-file",
                 "PLIMSOLL_MCP_TOKEN",
             )?;
+            if t.as_ref().is_some_and(|t| t.len() < MIN_HTTP_TOKEN) {
+                return Err(usage(anyhow::anyhow!(
+                    "the HTTP bearer token is shorter than {MIN_HTTP_TOKEN} characters (the value is not shown); use a random one, for example `openssl rand -hex 32`"
+                )));
+            }
             if t.is_none() && !addr.ip().is_loopback() {
                 return Err(usage(anyhow::anyhow!(
                     "--listen {addr} is not a loopback address: give a bearer token with --http-token-file FILE or PLIMSOLL_MCP_TOKEN"
@@ -177,6 +188,7 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
     };
     let (client, embedded) = match &cli.daemon {
         Some(url) => {
+            check_daemon_address(url, cli.ca_file.as_deref())?;
             let token = token(
                 cli.token_file.as_deref(),
                 "--token-file",
@@ -226,7 +238,14 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
                 .map_err(|e| usage(anyhow::Error::from(e)))?;
             tracing::info!(url = %format!("http://{bound}/mcp"), "serving MCP over streamable HTTP");
             // The one line a script waits for (stderr, whatever the log level).
-            say(&format!("plimsoll-mcp: serving MCP at http://{bound}/mcp"));
+            say(&format!(
+                "plimsoll-mcp: serving MCP at http://{bound}/mcp ({})",
+                if http_token.is_some() {
+                    "bearer token required"
+                } else {
+                    "no token: loopback only"
+                }
+            ));
             let opts = HttpOptions {
                 bearer_token: http_token,
                 allowed_hosts: cli.allowed_host.clone(),
@@ -247,6 +266,32 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
         d.shutdown().await;
     }
     served.map_err(|e| Fail(1, anyhow::anyhow!("serving MCP failed: {e}")))
+}
+
+/// The shortest HTTP bearer token accepted.
+const MIN_HTTP_TOKEN: usize = 16;
+
+/// Mistakes in `--daemon` and `--ca-file` that are configuration errors (exit 2), found
+/// before dialling, so exit 4 keeps meaning "could not be reached".
+fn check_daemon_address(url: &str, ca_file: Option<&Path>) -> Result<(), Fail> {
+    let bad = |why: &str| usage(anyhow::anyhow!("--daemon {url}: {why}"));
+    match url.split_once("://").map(|(scheme, _)| scheme) {
+        Some("http") if ca_file.is_some() => Err(bad(
+            "--ca-file is for an https:// daemon; use https://, or leave --ca-file out",
+        )),
+        Some("http") => Ok(()),
+        Some("https") => match ca_file {
+            None => Err(bad(
+                "an https:// daemon needs --ca-file (the system's roots are never trusted)",
+            )),
+            Some(f) => std::fs::metadata(f)
+                .map(|_| ())
+                .map_err(|e| usage(anyhow::anyhow!("--ca-file {}: {e}", f.display()))),
+        },
+        _ => Err(bad(
+            "not a daemon address: give http://HOST:PORT or https://HOST:PORT",
+        )),
+    }
 }
 
 /// Completes on SIGINT or SIGTERM.

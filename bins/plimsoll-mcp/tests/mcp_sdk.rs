@@ -79,7 +79,8 @@ fn python_sdk_over_streamable_http_with_a_bearer_token() {
         );
         log.push_str(&line);
         if let Some(u) = line.trim().strip_prefix("plimsoll-mcp: serving MCP at ") {
-            break u.to_owned();
+            assert!(u.ends_with(" (bearer token required)"), "{u}");
+            break u.split_whitespace().next().unwrap().to_owned();
         }
     };
     let rest = std::thread::spawn(move || {

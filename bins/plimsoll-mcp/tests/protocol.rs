@@ -148,7 +148,7 @@ fn stdio_json_rpc_on_the_embedded_quickjs_daemon() {
     assert_eq!(r["isError"], true);
     assert_eq!(
         text(&r),
-        "invalid arguments for run_code: missing field `code`"
+        "not dispatched (request): invalid arguments for run_code: missing field `code`"
     );
     let r = s.call(
         "run_code",
@@ -232,13 +232,16 @@ fn fails(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), stderr)
 }
 
+/// Arguments, environment, the exit code and a part of the one-line message.
+type Mistake<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, i32, &'a str);
+
 #[test]
 fn operator_mistakes_are_one_line_errors() {
     let d = tempfile::tempdir().unwrap();
     let bad_token = d.path().join("token");
     std::fs::write(&bad_token, "two words\n").unwrap();
     let bad_token = bad_token.to_str().unwrap();
-    let cases: Vec<(Vec<&str>, Vec<(&str, &str)>, i32, &str)> = vec![
+    let cases: Vec<Mistake> = vec![
         (
             vec!["--listen", "0.0.0.0:0"],
             vec![],
@@ -281,6 +284,52 @@ fn operator_mistakes_are_one_line_errors() {
             2,
             "PLIMSOLL_MCP_TOKEN: a token is one run",
         ),
+        (
+            vec!["--listen", "127.0.0.1:0"],
+            vec![("PLIMSOLL_MCP_TOKEN", "   ")],
+            2,
+            "PLIMSOLL_MCP_TOKEN is empty: give the token, or leave PLIMSOLL_MCP_TOKEN out",
+        ),
+        (
+            vec!["--listen", "127.0.0.1:0"],
+            vec![("PLIMSOLL_MCP_TOKEN", "short-token")],
+            2,
+            "shorter than 16 characters (the value is not shown)",
+        ),
+        (
+            vec!["--daemon", "ftp://127.0.0.1:1"],
+            vec![],
+            2,
+            "not a daemon address: give http://HOST:PORT",
+        ),
+        (
+            vec!["--daemon", "https://127.0.0.1:1"],
+            vec![],
+            2,
+            "an https:// daemon needs --ca-file",
+        ),
+        (
+            vec![
+                "--daemon",
+                "http://127.0.0.1:1",
+                "--ca-file",
+                "/nonexistent/ca.pem",
+            ],
+            vec![],
+            2,
+            "--ca-file is for an https:// daemon",
+        ),
+        (
+            vec![
+                "--daemon",
+                "https://127.0.0.1:1",
+                "--ca-file",
+                "/nonexistent/ca.pem",
+            ],
+            vec![],
+            2,
+            "--ca-file /nonexistent/ca.pem: ",
+        ),
     ];
     for (args, env, code, want) in cases {
         let (got, stderr) = fails(&args, &env);
@@ -291,10 +340,15 @@ fn operator_mistakes_are_one_line_errors() {
             "{args:?}: {stderr}"
         );
         assert!(
-            !stderr.contains("two words") && !stderr.contains("tab\tinside"),
+            !stderr.contains("two words")
+                && !stderr.contains("tab\tinside")
+                && !stderr.contains("short-token"),
             "{stderr}"
         );
     }
+    // A client that closes stdin before it initializes: nothing to serve, exit 0.
+    let (code, stderr) = fails(&["--provider", "quickjs"], &[]);
+    assert_eq!(code, 0, "{stderr}");
 }
 
 #[test]

@@ -28,11 +28,12 @@ pub use server::PlimsollMcp;
 /// the sessions `server` still holds before returning.
 pub async fn serve_stdio(server: PlimsollMcp) -> Result<(), std::io::Error> {
     use rmcp::ServiceExt;
-    let running = server
-        .clone()
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(std::io::Error::other)?;
+    let running = match server.clone().serve(rmcp::transport::stdio()).await {
+        Ok(r) => r,
+        // The client went away before it initialized: nothing to serve, not a failure.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(e) => return Err(std::io::Error::other(e)),
+    };
     let ended = running.waiting().await;
     server.close_all().await;
     ended.map(|_| ()).map_err(std::io::Error::other)

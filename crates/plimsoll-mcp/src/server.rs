@@ -112,11 +112,15 @@ impl PlimsollMcp {
         let Some(handle) = a.session.clone() else {
             let req = match request::fresh(&a, &call_files) {
                 Ok(r) => r,
-                Err(e) => return tool_error(format!("invalid arguments for run_code: {e}")),
+                Err(e) => {
+                    return tool_error(format!("{NOT_SENT}invalid arguments for run_code: {e}"))
+                }
             };
-            return match self.client().run(req).await {
-                Ok(resp) => RunOutput::from_response(&resp).into_result(),
-                Err(e) => tool_error(client_error(&e)),
+            let wait = answer_deadline(a.timeout_ms);
+            return match tokio::time::timeout(wait, self.client().run(req)).await {
+                Ok(Ok(resp)) => RunOutput::from_response(&resp).into_result(),
+                Ok(Err(e)) => tool_error(client_error(&e)),
+                Err(_) => tool_error(no_answer(wait)),
             };
         };
         let Some(slot) = self.sessions().get(&handle).cloned() else {
@@ -124,10 +128,16 @@ impl PlimsollMcp {
         };
         let req = match request::in_session(&a, &call_files) {
             Ok(r) => r,
-            Err(e) => return tool_error(format!("invalid arguments for run_code: {e}")),
+            Err(e) => return tool_error(format!("{NOT_SENT}invalid arguments for run_code: {e}")),
         };
+        let wait = answer_deadline(a.timeout_ms);
         let mut session = slot.lock().await;
-        match self.client().session_run(&mut session, req).await {
+        let answer =
+            match tokio::time::timeout(wait, self.client().session_run(&mut session, req)).await {
+                Ok(a) => a,
+                Err(_) => return tool_error(no_answer(wait)),
+            };
+        match answer {
             Ok(answer) => {
                 let Some(run) = answer.run.as_ref() else {
                     return tool_error(
@@ -153,7 +163,10 @@ impl PlimsollMcp {
             }
             Err(e) => {
                 let mut msg = client_error(&e);
-                if let Some((end, _)) = session.ended() {
+                if let Some((end, _)) = session
+                    .ended()
+                    .filter(|_| !msg.contains("session has ended"))
+                {
                     msg.push_str(&format!(
                         " (the session has ended: {}; open a new one with open_session)",
                         end_name(*end)
@@ -246,6 +259,24 @@ impl PlimsollMcp {
     }
 }
 
+/// How a refusal made here, before anything was sent, starts (as the client's do).
+const NOT_SENT: &str = "not dispatched (request): ";
+
+/// How long to wait for plimsolld's answer: the call's deadline (or the longest a daemon
+/// allows) plus a margin for setup and the answer's way back. A daemon that accepts the
+/// connection but never answers must not hang the agent.
+fn answer_deadline(timeout_ms: Option<u32>) -> std::time::Duration {
+    let ms = timeout_ms.unwrap_or(plimsoll_core::validate::MAX_TIMEOUT_MS);
+    std::time::Duration::from_millis(u64::from(ms) + 30_000)
+}
+
+fn no_answer(wait: std::time::Duration) -> String {
+    format!(
+        "plimsolld gave no answer within {} s (the call's deadline and a 30 s margin); the code may have run: do not resend it blindly",
+        wait.as_secs()
+    )
+}
+
 fn unknown_session(handle: &str) -> CallToolResult {
     tool_error(format!(
         "not dispatched (request): no open session {handle} on this server (it was closed, or never opened here); open one with open_session"
@@ -255,7 +286,7 @@ fn unknown_session(handle: &str) -> CallToolResult {
 /// The client's message, which says "not dispatched (<reason>): …" only when nothing ran.
 fn client_error(e: &ClientError) -> String {
     let s = e.to_string();
-    if e.not_dispatched().is_some() {
+    if e.not_dispatched().is_some() || s.contains("may have run") {
         s
     } else {
         format!("{s} (do not resend it blindly: the code may have run)")
@@ -317,7 +348,7 @@ impl ServerHandler for PlimsollMcp {
             Err(e @ ArgError::UnknownTool(_)) => {
                 return Err(McpError::invalid_params(e.to_string(), None))
             }
-            Err(e) => return Ok(tool_error(e.to_string()).into()),
+            Err(e) => return Ok(tool_error(format!("{NOT_SENT}{e}")).into()),
         };
         Ok(self.call(call).await.into())
     }

@@ -79,13 +79,10 @@ pub fn list() -> Vec<Tool> {
         })),
     )
     .with_raw_output_schema(object(run_code_output_schema()))
-    .annotate(
-        ToolAnnotations::new()
-            .read_only(false)
-            .destructive(false)
-            .idempotent(false)
-            .open_world(false),
-    );
+    // Code may write files, reach whatever its tier lets it reach and change the
+    // sandbox's state: only `read_only` is stated; the defaults (destructive, open world)
+    // are the honest hints for code an agent wrote.
+    .annotate(ToolAnnotations::new().read_only(false));
     let open_session = Tool::new(
         "open_session",
         "Open a sandbox session: one sandbox kept across run_code calls, whose run records \
