@@ -99,7 +99,8 @@ pub struct OpenSession {
     /// The session's lifetime in milliseconds (the daemon's maximum applies).
     #[serde(default)]
     pub lifetime_ms: Option<u32>,
-    /// End the session after this many milliseconds without a call (at least 1000).
+    /// Suspend the sandbox after this many milliseconds without a call (at least 1000); a
+    /// session no call ever used ends then.
     #[serde(default)]
     pub idle_timeout_ms: Option<u32>,
 }

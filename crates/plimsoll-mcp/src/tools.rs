@@ -94,7 +94,7 @@ pub fn list() -> Vec<Tool> {
                     "description": "The languages the session will run (default: all the server offers)."},
                 "minimum_isolation": floor_schema("the session"),
                 "lifetime_ms": {"type": "integer", "minimum": 1, "description": "The session's lifetime (the server's maximum applies)."},
-                "idle_timeout_ms": {"type": "integer", "minimum": 1000, "description": "End the session after this long without a call."}
+                "idle_timeout_ms": {"type": "integer", "minimum": 1000, "description": "After this long without a call the sandbox is suspended and the next call resumes it (on providers that can pause); a session no call ever used ends then."}
             },
             "additionalProperties": false
         })),
