@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use plimsoll_core::validate::MAX_TIMEOUT_MS;
+pub use plimsoll_core::Tier;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -37,30 +38,19 @@ impl Language {
     }
 }
 
-/// An isolation tier a floor may name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// No wall: a child process of the daemon.
-    Process,
-    /// A container (shared kernel).
-    Container,
-    /// A user-space kernel such as gVisor.
-    Kernel,
-    /// A virtual machine.
-    Vm,
-}
-
-impl Tier {
-    /// The name the protocol uses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Process => "process",
-            Tier::Container => "container",
-            Tier::Kernel => "kernel",
-            Tier::Vm => "vm",
-        }
-    }
+/// An optional floor, read as a tier name (`plimsoll_core::Tier`); serde's "unknown
+/// variant" message lists the names.
+fn floor<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Tier>, D::Error> {
+    let Some(name) = Option::<String>::deserialize(d)? else {
+        return Ok(None);
+    };
+    Tier::ALL
+        .into_iter()
+        .find(|t| t.as_str() == name)
+        .map(Some)
+        .ok_or_else(|| {
+            serde::de::Error::unknown_variant(&name, &["process", "container", "kernel", "vm"])
+        })
 }
 
 /// `run_code`'s arguments.
@@ -82,7 +72,7 @@ pub struct RunCode {
     #[serde(default)]
     pub timeout_ms: Option<u32>,
     /// The weakest tier acceptable; a daemon that cannot meet it runs nothing.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "floor")]
     pub minimum_isolation: Option<Tier>,
 }
 
@@ -94,7 +84,7 @@ pub struct OpenSession {
     #[serde(default)]
     pub languages: Option<Vec<Language>>,
     /// The weakest tier acceptable for the session.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "floor")]
     pub minimum_isolation: Option<Tier>,
     /// The session's lifetime in milliseconds (the daemon's maximum applies).
     #[serde(default)]

@@ -111,6 +111,13 @@ fn check_size(m: &impl Message) -> Result<(), BuildError> {
     Ok(())
 }
 
+/// The floor on the wire (empty for none).
+fn floor(a: &RunCode) -> String {
+    a.minimum_isolation
+        .map(|t| t.as_str().to_owned())
+        .unwrap_or_default()
+}
+
 /// The `Run` request for a call outside any session.
 pub fn fresh(a: &RunCode, call_files: &[pb::ProjectFile]) -> Result<pb::RunRequest, BuildError> {
     use pb::run_request::Payload;
@@ -125,10 +132,7 @@ pub fn fresh(a: &RunCode, call_files: &[pb::ProjectFile]) -> Result<pb::RunReque
     };
     let req = pb::RunRequest {
         protocol: PROTOCOL,
-        minimum_isolation: a
-            .minimum_isolation
-            .map(|t| t.as_str().to_owned())
-            .unwrap_or_default(),
+        minimum_isolation: floor(a),
         trace_id: String::new(),
         timeout_ms: a.timeout_ms.map_or(0, |t| t as i32),
         software_rule: None,
@@ -155,10 +159,7 @@ pub fn in_session(
     };
     let req = pb::SessionRunRequest {
         protocol: PROTOCOL,
-        minimum_isolation: a
-            .minimum_isolation
-            .map(|t| t.as_str().to_owned())
-            .unwrap_or_default(),
+        minimum_isolation: floor(a),
         trace_id: String::new(),
         timeout_ms: a.timeout_ms.map_or(0, |t| t as i32),
         // A well-formed placeholder so validation sees the request as the daemon will.
