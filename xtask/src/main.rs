@@ -5,12 +5,14 @@
 mod bench;
 mod dist;
 mod images;
+mod pages;
 
 const TASKS: &str = "\
 tasks:
   dist                 static builds of plimsoll-sandboxd-tls and plimsoll-sandboxd into target/dist/
   bench sandboxd-tls   the TLS terminator against direct plaintext and stunnel4 (loopback)
   images               the Docker provider's sandbox image, without a registry (debootstrap)
+  pages [--records]    the generated parts of docs/learn/ (program outputs; with --records, new signed records)
   bench process        plimsolld (process provider) against spawning the same program directly
   bench sessions       a call in an open session against a single run (process provider); open time; idle memory
   bench quickjs        plimsolld (quickjs provider) against `node -e` and the process provider
@@ -20,6 +22,7 @@ tasks:
                        hostile inputs (bombs, nested windows) against 64 MiB peak RSS (--hostile-only)
   bench attest         records signed and verified per second; verify of a 100,000-run bundle against reading and hashing it
   bench grants         specgen time and peak RSS on a GitHub-sized OpenAPI document; broker latency ratio
+  bench pages          check.html's time to verify its five records (WebCrypto, pure JS) against the Rust verifier; page weight
   bench mcp            run_code through plimsoll-mcp --daemon against Client::run and `plimsoll run --addr`; idle RSS";
 
 fn main() -> anyhow::Result<()> {
@@ -27,6 +30,7 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("dist") => dist::run(&args[1..]),
         Some("images") => images::run_task(&args[1..]),
+        Some("pages") => pages::run(&args[1..]),
         Some("bench") => {
             let rest: Vec<&str> = args.iter().skip(2).map(String::as_str).collect();
             bench::run(args.get(1).map(String::as_str), &rest, TASKS)

@@ -9,6 +9,7 @@ pub mod docker;
 pub mod grants;
 pub mod mcp;
 pub mod mem;
+pub mod pages;
 pub mod process;
 pub mod quickjs;
 pub mod scan;
@@ -32,6 +33,7 @@ pub fn run(name: Option<&str>, args: &[&str], tasks: &str) -> anyhow::Result<()>
         Some("sessions") => sessions::run(args),
         Some("attest") => attest::run(args),
         Some("mcp") => mcp::run(args),
+        Some("pages") => pages::run(args),
         other => anyhow::bail!("unknown benchmark {other:?}\n{tasks}"),
     }
 }
