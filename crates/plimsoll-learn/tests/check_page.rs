@@ -164,31 +164,13 @@ fn the_five_shipped_records_are_green_and_the_page_asks_for_nothing_outside() {
 fn one_changed_byte_turns_that_record_red_with_the_reason() {
     let Some(bin) = chromium() else { return };
     let lines = shipped_lines();
-    let recs = record_lines(&lines);
-    type Change = fn(&str) -> String;
-    let cases: [(&str, usize, Change, &str); 3] = [
-        (
-            "answer",
-            recs[0],
-            change_answer,
-            "result digest does not recompute",
-        ),
-        (
-            "signature",
-            recs[1],
-            change_signature,
-            "the record's signature does not verify",
-        ),
-        (
-            "link",
-            recs[2],
-            change_link,
-            "the link's signature does not verify",
-        ),
-    ];
-    for (name, line, change, reason) in cases {
-        let mut changed = lines.clone();
-        changed[line - 1] = change(&lines[line - 1]);
+    for OneByte {
+        name,
+        line,
+        lines: changed,
+        reason,
+    } in one_byte_changes(&lines)
+    {
         let dir = page_with(&changed);
         let seen = open(&bin, &dir.path().join("check.html"), "");
         assert_eq!(seen.state, "done");

@@ -14,6 +14,7 @@ use common::*;
 use plimsoll_attest::bundle::{verify_bundle, Appender};
 use plimsoll_attest::{PublicKey, SigningKey};
 use plimsoll_core::pb;
+use rand::{Rng as _, SeedableRng as _};
 
 struct Js {
     ok: bool,
@@ -106,28 +107,10 @@ fn javascript_and_rust_agree_on_the_shipped_bundle_and_on_changed_copies() {
     let good = agree("shipped", &lines, &key);
     assert!(good.ok && good.first_bad.is_none());
 
-    let mut changed = lines.clone();
-    changed[recs[0] - 1] = change_answer(&lines[recs[0] - 1]);
-    let j = agree("answer byte", &changed, &key);
-    assert!(
-        j.reason.contains("result digest does not recompute"),
-        "{}",
-        j.reason
-    );
-
-    let mut changed = lines.clone();
-    changed[recs[1] - 1] = change_signature(&lines[recs[1] - 1]);
-    let j = agree("signature byte", &changed, &key);
-    assert!(
-        j.reason.contains("record's signature does not verify"),
-        "{}",
-        j.reason
-    );
-
-    let mut changed = lines.clone();
-    changed[recs[2] - 1] = change_link(&lines[recs[2] - 1]);
-    let j = agree("link byte", &changed, &key);
-    assert!(j.reason.contains("link's signature"), "{}", j.reason);
+    for c in one_byte_changes(&lines) {
+        let j = agree(c.name, &c.lines, &key);
+        assert!(j.reason.contains(c.reason), "{}: {}", c.name, j.reason);
+    }
 
     let mut changed = lines.clone();
     changed[recs[4] - 1] = change_answer(&lines[recs[4] - 1]);
@@ -161,14 +144,7 @@ fn one_run_bundle(key: &SigningKey, code: &str) -> Vec<String> {
     let path = dir.path().join("b.jsonl");
     let key = SigningKey::from_pkcs8_pem(&key.to_pkcs8_pem()).unwrap();
     let (mut app, _) = Appender::open(&path, key, false).unwrap();
-    let req = pb::RunRequest {
-        protocol: 5,
-        payload: Some(pb::run_request::Payload::Javascript(pb::JavaScriptRun {
-            code: code.into(),
-            grant_profile: String::new(),
-        })),
-        ..Default::default()
-    };
+    let req = plimsoll_testkit::daemon::js_request(code, "", 1000);
     let mut resp = pb::RunResponse {
         sandbox: "process".into(),
         isolation: "process".into(),
@@ -206,33 +182,19 @@ fn a_line_from_another_bundle_of_the_same_key_breaks_the_link_to_the_line_before
     );
 }
 
-/// A small deterministic generator (xorshift64*), so a failure names a case that recurs.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 #[test]
 fn random_one_byte_changes_get_the_same_verdict_from_javascript_and_rust() {
     let lines = shipped_lines();
     let key = shipped_pub();
-    let mut rng = Rng(0x05ee_d1e5_50dd_ba11);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x05ee_d1e5_50dd_ba11);
     let alphabet = b"{}[]\":,0123456789abcdefABCDEF+/=xyz \\";
     let cases: Vec<Vec<String>> = (0..300)
         .map(|_| {
             let mut c = lines.clone();
-            let n = rng.below(c.len());
+            let n = rng.gen_range(0..c.len());
             let mut bytes = c[n].clone().into_bytes();
-            let at = rng.below(bytes.len());
-            let mut b = alphabet[rng.below(alphabet.len())];
+            let at = rng.gen_range(0..bytes.len());
+            let mut b = alphabet[rng.gen_range(0..alphabet.len())];
             if b == bytes[at] {
                 b = if b == b'a' { b'b' } else { b'a' };
             }

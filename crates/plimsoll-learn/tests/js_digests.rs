@@ -251,57 +251,78 @@ fn extra_records() -> Vec<(String, pb::RunRecord)> {
     ]
 }
 
+/// Each golden vector of `list` (its message under `member`), checked in Rust first, as the
+/// binary protobuf the page reads.
+fn golden_vectors<M>(
+    list: &Value,
+    member: &str,
+    kind: &str,
+    digest: fn(&M) -> String,
+    out: &mut Vec<Value>,
+) where
+    M: prost::Message + serde::de::DeserializeOwned,
+{
+    for v in list.as_array().unwrap() {
+        let m: M = serde_json::from_value(v[member].clone()).unwrap();
+        let sha = v["sha256"].as_str().unwrap();
+        assert_eq!(digest(&m), sha, "{}", v["name"]);
+        out.push(vector(
+            kind,
+            v["name"].as_str().unwrap(),
+            m.encode_to_vec(),
+            sha.into(),
+        ));
+    }
+}
+
+/// `m` on the wire, with the Rust digest of what those bytes decode to.
+fn wire_vector<M: prost::Message + Default>(
+    kind: &str,
+    name: &str,
+    m: &M,
+    digest: fn(&M) -> String,
+) -> Value {
+    let b = m.encode_to_vec();
+    let sha = digest(&M::decode(b.as_slice()).unwrap());
+    vector(kind, name, b, sha)
+}
+
 #[test]
 fn javascript_digests_agree_with_rust_on_every_vector() {
     let g = golden();
     let mut vectors = Vec::new();
-    for v in g["requests"].as_array().unwrap() {
-        let req: pb::RunRequest = serde_json::from_value(v["request"].clone()).unwrap();
-        assert_eq!(request_digest(&req), v["sha256"].as_str().unwrap());
-        vectors.push(vector(
-            "request",
-            v["name"].as_str().unwrap(),
-            req.encode_to_vec(),
-            v["sha256"].as_str().unwrap().into(),
-        ));
-    }
-    for v in g["results"].as_array().unwrap() {
-        let resp: pb::RunResponse = serde_json::from_value(v["response"].clone()).unwrap();
-        assert_eq!(result_digest(&resp), v["sha256"].as_str().unwrap());
-        vectors.push(vector(
-            "result",
-            v["name"].as_str().unwrap(),
-            resp.encode_to_vec(),
-            v["sha256"].as_str().unwrap().into(),
-        ));
-    }
-    for v in g["records"].as_array().unwrap() {
-        let rec: pb::RunRecord = serde_json::from_value(v["record"].clone()).unwrap();
-        assert_eq!(record_digest(&rec), v["sha256"].as_str().unwrap());
-        vectors.push(vector(
-            "record",
-            v["name"].as_str().unwrap(),
-            rec.encode_to_vec(),
-            v["sha256"].as_str().unwrap().into(),
-        ));
-    }
+    golden_vectors::<pb::RunRequest>(
+        &g["requests"],
+        "request",
+        "request",
+        request_digest,
+        &mut vectors,
+    );
+    golden_vectors::<pb::RunResponse>(
+        &g["results"],
+        "response",
+        "result",
+        result_digest,
+        &mut vectors,
+    );
+    golden_vectors::<pb::RunRecord>(
+        &g["records"],
+        "record",
+        "record",
+        record_digest,
+        &mut vectors,
+    );
     let golden_count = vectors.len();
     assert!(golden_count >= 10, "only {golden_count} golden vectors");
     // Expected digests are of what the bytes say (proto3 drops a singular -0.0 on the wire).
     for (name, r) in extra_requests() {
-        let b = r.encode_to_vec();
-        let sha = request_digest(&pb::RunRequest::decode(b.as_slice()).unwrap());
-        vectors.push(vector("request", &name, b, sha));
+        vectors.push(wire_vector("request", &name, &r, request_digest));
     }
     for (name, r) in extra_results() {
-        let b = r.encode_to_vec();
-        let sha = result_digest(&pb::RunResponse::decode(b.as_slice()).unwrap());
-        vectors.push(vector("result", &name, b, sha));
+        vectors.push(wire_vector("result", &name, &r, result_digest));
     }
     for (name, r) in extra_records() {
-        let b = r.encode_to_vec();
-        let sha = record_digest(&pb::RunRecord::decode(b.as_slice()).unwrap());
-        vectors.push(vector("record", &name, b, sha));
+        vectors.push(wire_vector("record", &name, &r, record_digest));
     }
     // Non-canonical wire forms the page must read as prost does: unpacked doubles, a
     // oneof given twice (the last wins), a message field split in two (merged), unknown fields.

@@ -92,3 +92,55 @@ pub fn record_lines(lines: &[String]) -> Vec<usize> {
         .map(|(i, _)| i + 1)
         .collect()
 }
+
+/// One kind of one-byte change.
+pub struct OneByte {
+    /// What was changed.
+    pub name: &'static str,
+    /// The 1-based line changed.
+    pub line: usize,
+    /// The bundle with that line changed.
+    pub lines: Vec<String>,
+    /// What the verdict's reason must say.
+    pub reason: &'static str,
+}
+
+/// The shipped bundle with one byte changed in an answer (the first record), a signature
+/// (the second) and a link (the third), each with the reason the checker must give.
+pub fn one_byte_changes(lines: &[String]) -> Vec<OneByte> {
+    let recs = record_lines(lines);
+    type Change = fn(&str) -> String;
+    let cases: [(&str, usize, Change, &str); 3] = [
+        (
+            "answer",
+            recs[0],
+            change_answer,
+            "result digest does not recompute",
+        ),
+        (
+            "signature",
+            recs[1],
+            change_signature,
+            "the record's signature does not verify",
+        ),
+        (
+            "link",
+            recs[2],
+            change_link,
+            "the link's signature does not verify",
+        ),
+    ];
+    cases
+        .into_iter()
+        .map(|(name, line, change, reason)| {
+            let mut changed = lines.to_vec();
+            changed[line - 1] = change(&lines[line - 1]);
+            OneByte {
+                name,
+                line,
+                lines: changed,
+                reason,
+            }
+        })
+        .collect()
+}
