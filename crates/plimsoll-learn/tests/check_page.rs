@@ -235,3 +235,32 @@ fn both_pages_render_with_their_picture() {
         browser::screenshot(&bin, &url, &artifacts().join(png), 1000, 3000).unwrap();
     }
 }
+
+#[test]
+fn the_pages_own_buttons_change_one_byte_and_the_verdict_turns_red() {
+    let Some(bin) = chromium() else { return };
+    let page = learn().join("check.html");
+    let lines = shipped_lines();
+    for c in one_byte_changes(&lines) {
+        let seen = open(&bin, &page, &format!("press={}:{}", c.name, c.line));
+        assert_eq!(seen.state, "done");
+        assert!(
+            !seen.ok,
+            "{}: pressing the button breaks the bundle",
+            c.name
+        );
+        let bad = seen.lines.iter().find(|l| l.line == c.line).unwrap();
+        assert!(
+            !bad.valid && bad.reason.contains(c.reason),
+            "{}: {bad:?}",
+            c.name
+        );
+        for r in records(&seen).iter().filter(|r| r.line != c.line) {
+            assert!(
+                r.valid,
+                "{}: record on line {} stays green ({})",
+                c.name, r.line, r.reason
+            );
+        }
+    }
+}

@@ -8,7 +8,8 @@
  *   #summary[data-verify-ms]    milliseconds the last full check took, as the page measured it
  *   #summary[data-engine]       "webcrypto" or "javascript" (the Ed25519 verifier used)
  *   .line[data-line][data-kind][data-verdict][data-reason]   one per bundle line
- * ?engine=js forces the pure-JavaScript Ed25519 verifier.
+ * ?engine=js forces the pure-JavaScript Ed25519 verifier; ?press=answer:N (signature:N,
+ * link:N) presses that button of line N after the first check.
  */
 (function () {
   'use strict';
@@ -193,6 +194,13 @@
     var force = /[?&]engine=js\b/.test(location.search) ? 'js' : '';
     ed = await C.pickEd25519(force);
     await check();
+    // ?press=answer:1 (or signature:N, link:N) presses that button of line N once the page
+    // has checked, as a reader would; the tests use it to drive the buttons.
+    var press = /[?&]press=(answer|signature|link):(\d+)/.exec(location.search);
+    if (press) {
+      var n = Number(press[2]);
+      ({ answer: tamperAnswer, signature: tamperSignature, link: tamperLink })[press[1]](n);
+    }
   }
   start();
 })();
