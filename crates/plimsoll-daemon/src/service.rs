@@ -244,6 +244,7 @@ impl Service {
             r.to_status()
         };
         let (work, timeout, grant) = self.checks(caller, req).map_err(refuse)?;
+        let checked = t0.elapsed();
         let _permit = self.admission.clone().try_acquire_owned().map_err(|_| {
             refuse(Refusal::capacity(format!(
                 "{} runs are in flight, the daemon's limit (SANDBOX_MAX_CONCURRENT); retry later",
@@ -261,7 +262,8 @@ impl Service {
                 (g.profile_name().to_owned(), g.trace().summary())
             });
         self.metrics.inflight(-1);
-        let elapsed_ms = t0.elapsed().as_millis() as i64;
+        let ran = t0.elapsed();
+        let elapsed_ms = ran.as_millis() as i64;
         let facts = self.provider.facts();
         let answer = match outcome {
             Ok(a) => a,
@@ -318,6 +320,11 @@ impl Service {
             isolation = tier, outcome, exit_code, duration_ms = elapsed_ms, request_sha256 = %rec.request_sha256,
             result_sha256 = %rec.result_sha256, record_sha256 = %rec.record_sha256, grant = %grant_profile,
             grant_trace = %grant_trace, "run answered");
+        // Where the daemon's time went, for `cargo xtask bench process`.
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        tracing::debug!(target: "plimsoll_daemon::phases", checks_us = us(checked),
+            provider_us = us(ran.saturating_sub(checked)), answer_us = us(t0.elapsed().saturating_sub(ran)),
+            total_us = us(t0.elapsed()), "run phases");
         Ok(resp)
     }
 

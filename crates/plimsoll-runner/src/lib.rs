@@ -31,7 +31,14 @@
 //!   run's process groups that still holds one; the scan repeats until it finds none
 //!   (bounded: 200 rounds, 5 ms apart). Background children of a step that exited live on
 //!   until the steps are over; the sweep then runs **before** the artifacts are read, so no
-//!   program of the run can swap a path while it is read, and once more at the very end.
+//!   program of the run can swap a path while it is read, and once more at the very end
+//!   unless the sweep before found nothing and no program started since (nothing of the
+//!   run can exist then). A scan reads only the `stat` of a process that started before the
+//!   run's first program (start times from `/proc/<pid>/stat`, which only grow): nothing
+//!   forked earlier can be the run's, so its environment and working directory are not read.
+//!   Under a user of the run's own ([`RunAs`]) every process of that user is still swept,
+//!   whatever its age. Where a run's time goes is logged at debug level under
+//!   [`PHASES_TARGET`].
 //! - **Environment.** Programs get exactly `PATH` ([`FIXED_PATH`]), `HOME` (the working
 //!   directory), `TMPDIR`, `LANG=C.UTF-8`, the run tag, then the [`RunEnv`] extras. See
 //!   [`RunEnv::new`] for what is refused.
@@ -295,9 +302,11 @@ impl Runner {
         env: &RunEnv,
     ) -> Result<pb::JavaScriptResult, RunnerError> {
         let deadline = self.deadline(timeout);
+        let t0 = Instant::now();
         let scope = self.scope()?;
+        let setup = t0.elapsed();
         let out = javascript_in(&scope, js, deadline, &self.cfg.limits, env).await;
-        scope.end().await;
+        finish(scope, "javascript", t0, setup).await;
         out
     }
 
@@ -310,9 +319,11 @@ impl Runner {
         env: &RunEnv,
     ) -> Result<pb::ProjectResult, RunnerError> {
         let deadline = self.deadline(timeout);
+        let t0 = Instant::now();
         let scope = self.scope()?;
+        let setup = t0.elapsed();
         let out = project_in(&scope, p, deadline, &self.cfg.limits, env).await;
-        scope.end().await;
+        finish(scope, "project", t0, setup).await;
         out
     }
 
@@ -393,6 +404,33 @@ impl Runner {
             }
         }
     }
+}
+
+/// The target of the per-run phase breakdown (`RUST_LOG=plimsoll_runner::phases=debug`),
+/// which `cargo xtask bench process` reads.
+pub const PHASES_TARGET: &str = "plimsoll_runner::phases";
+
+/// Ends a one-shot run's scope and logs, at debug level, where its time went: `setup_us`
+/// (the working directory), `programs_us` (writing files, the programs from spawn to the
+/// end of their output, reading artifacts), `sweep_us` over `sweeps` looks at `/proc`,
+/// and `remove_us` (removing the directory). In microseconds.
+async fn finish(scope: RunScope, kind: &'static str, t0: Instant, setup: Duration) {
+    let before_end = t0.elapsed();
+    let (swept_before, _) = scope.swept();
+    let ended = scope.end_measured().await;
+    let total = t0.elapsed();
+    let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    tracing::debug!(
+        target: "plimsoll_runner::phases",
+        kind,
+        setup_us = us(setup),
+        programs_us = us(before_end.saturating_sub(setup).saturating_sub(swept_before)),
+        sweep_us = us(ended.swept),
+        sweeps = ended.sweeps,
+        remove_us = us(ended.remove),
+        total_us = us(total),
+        "run phases"
+    );
 }
 
 /// The deadline of a call: `timeout` from now, or `default` when `timeout` is zero.

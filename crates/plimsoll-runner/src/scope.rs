@@ -6,7 +6,9 @@ use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
 use plimsoll_core::pb;
@@ -29,6 +31,16 @@ pub(crate) struct RunScope {
     /// Processes sweeps leave alive: a session's kept interpreters.
     spared: Mutex<Vec<Spared>>,
     run_as: Option<RunAs>,
+    /// Start time (clock ticks since boot, `/proc/<pid>/stat` field 22) of the run's first
+    /// program. Every process of the run was forked at or after it, so a sweep need not
+    /// read the environment or working directory of an older process.
+    born: Mutex<Option<u64>>,
+    /// Programs started so far (bumped by [`RunScope::add_group`]).
+    started: AtomicU64,
+    /// The value of `started` when a sweep last found nothing left (`u64::MAX`: never).
+    clean_at: AtomicU64,
+    /// Time spent in sweeps, and how many there were, for the phase breakdown.
+    swept: Mutex<(Duration, u32)>,
     ended: bool,
 }
 
@@ -68,6 +80,10 @@ impl RunScope {
             groups: Mutex::new(Vec::new()),
             spared: Mutex::new(Vec::new()),
             run_as,
+            born: Mutex::new(None),
+            started: AtomicU64::new(0),
+            clean_at: AtomicU64::new(u64::MAX),
+            swept: Mutex::new((Duration::ZERO, 0)),
             ended: false,
         };
         // From here on, dropping `scope` removes the directory.
@@ -102,8 +118,17 @@ impl RunScope {
         &self.tag
     }
 
-    /// Remembers a process group this run started, for the end-of-run kill.
+    /// Remembers a program this run started (`pgid`: its pid, which leads its own process
+    /// group), for the end-of-run kill. Call it right after the spawn, before the program
+    /// is waited for: the first call reads the program's start time.
     pub fn add_group(&self, pgid: i32) {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        {
+            let mut born = lock(&self.born);
+            if born.is_none() {
+                *born = tree::start_time(pgid);
+            }
+        }
         let mut groups = lock(&self.groups);
         if !groups.contains(&pgid) {
             groups.push(pgid);
@@ -132,8 +157,30 @@ impl RunScope {
     /// Kills every process of the run but the spared ones (bounded repeat until none is
     /// found). Returns whether none is left.
     pub async fn kill_all(&self) -> bool {
+        let t0 = Instant::now();
+        let started = self.started.load(Ordering::SeqCst);
         let (groups, spared) = (self.groups(), lock(&self.spared).clone());
-        tree::sweep(self.target(&groups, &spared)).await
+        let clean = tree::sweep(self.target(&groups, &spared)).await;
+        if clean && spared.is_empty() {
+            // Nothing of the run is alive, and nothing can start again unless a program
+            // is started after this point.
+            self.clean_at.store(started, Ordering::SeqCst);
+        }
+        let mut swept = lock(&self.swept);
+        swept.0 += t0.elapsed();
+        swept.1 += 1;
+        clean
+    }
+
+    /// Whether a sweep found nothing left after the last program was started: then no
+    /// process of the run can exist, and another sweep would only read `/proc` again.
+    fn known_clean(&self) -> bool {
+        self.clean_at.load(Ordering::SeqCst) == self.started.load(Ordering::SeqCst)
+    }
+
+    /// Time spent in sweeps so far and their number.
+    pub fn swept(&self) -> (Duration, u32) {
+        *lock(&self.swept)
     }
 
     fn target<'a>(&'a self, groups: &'a [i32], spared: &'a [Spared]) -> Target<'a> {
@@ -143,6 +190,7 @@ impl RunScope {
             groups,
             run_uid: self.uid(),
             spared,
+            born: *lock(&self.born),
         }
     }
 
@@ -305,14 +353,39 @@ impl RunScope {
         None
     }
 
-    /// Ends the run: kills every process of it, the spared ones too, then removes the
-    /// working directory.
-    pub async fn end(mut self) {
+    /// Ends the run: kills every process of it, the spared ones too (no second look at
+    /// `/proc` when the last sweep found none and no program started since), then removes
+    /// the working directory.
+    pub async fn end(self) {
+        self.end_measured().await;
+    }
+
+    /// [`RunScope::end`], telling where the time went.
+    pub async fn end_measured(mut self) -> Ended {
         lock(&self.spared).clear();
-        self.kill_all().await;
+        if !self.known_clean() {
+            self.kill_all().await;
+        }
+        let t0 = Instant::now();
         remove_tree(&self.dir);
         self.ended = true;
+        let (swept, sweeps) = self.swept();
+        Ended {
+            remove: t0.elapsed(),
+            swept,
+            sweeps,
+        }
     }
+}
+
+/// Where an ended scope's cleanup time went.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended {
+    /// Removing the working directory.
+    pub remove: Duration,
+    /// Every sweep of the run, the last one included, and their number.
+    pub swept: Duration,
+    pub sweeps: u32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -466,6 +539,24 @@ mod tests {
         assert!(got.truncated);
         let names: Vec<_> = got.artifacts.iter().map(|a| a.path.as_str()).collect();
         assert_eq!(names, ["a", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_clean_sweep_spares_the_last_one_until_a_program_starts() {
+        let root = tempfile::tempdir().unwrap();
+        let scope = RunScope::create(root.path(), None).unwrap();
+        assert!(scope.kill_all().await);
+        // Nothing started since the clean sweep: ending does not look at /proc again.
+        let ended = scope.end_measured().await;
+        assert_eq!(ended.sweeps, 1);
+
+        let scope = RunScope::create(root.path(), None).unwrap();
+        assert!(scope.kill_all().await);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        scope.add_group(child.id() as i32);
+        child.wait().unwrap();
+        // A program started after the clean sweep: the end sweeps again.
+        assert_eq!(scope.end_measured().await.sweeps, 2);
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub(crate) fn start_time(pid: i32) -> Option<u64> {
 /// Reads `/proc/<pid>/environ`, which this user can read only for its own processes: that
 /// is every process a run can start. Returns an empty list when /proc cannot be read.
 pub fn processes_with_tag(tag: &str) -> Vec<i32> {
-    scan(tag, None, None)
+    scan(tag, None, None, None)
         .into_iter()
         .filter(|p| p.tagged)
         .map(|p| p.pid)
@@ -63,13 +63,19 @@ fn uids(status: &str) -> Option<(u32, u32)> {
     Some((ids.next()?.parse().ok()?, ids.next()?.parse().ok()?))
 }
 
-fn scan(tag: &str, workdir: Option<&Path>, run_uid: Option<u32>) -> Vec<Proc> {
+/// Lists the processes that carry `tag`, work inside `workdir`, or run as `run_uid`.
+/// Without `run_uid`, a process that started before `born` (a start time, see [`Target`])
+/// is passed over after its `stat` alone: nothing forked before the run's first program
+/// can be the run's, so its environment and working directory are never read. That keeps
+/// a sweep at one small read per process on a busy host.
+fn scan(tag: &str, workdir: Option<&Path>, run_uid: Option<u32>, born: Option<u64>) -> Vec<Proc> {
     let needle = format!("{RUN_TAG_VAR}={tag}").into_bytes();
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     let mut found = Vec::new();
+    let mut stat_buf = [0u8; STAT_BUF];
     for entry in dir.flatten() {
         let Some(pid) = entry
             .file_name()
@@ -82,6 +88,15 @@ fn scan(tag: &str, workdir: Option<&Path>, run_uid: Option<u32>) -> Vec<Proc> {
             continue;
         }
         let base = entry.path();
+        let Some(Stat { state, pgrp, start }) = read_stat(&base.join("stat"), &mut stat_buf) else {
+            continue;
+        };
+        if state == 'Z' || state == 'X' {
+            continue; // dead, only waiting to be reaped
+        }
+        if run_uid.is_none() && born.is_some_and(|b| start < b) {
+            continue; // older than the run's first program
+        }
         // Under a user of the run's own, every process of that user is the run's, even one
         // whose environment the runner may not read.
         let owned = run_uid.is_some_and(|u| {
@@ -98,16 +113,6 @@ fn scan(tag: &str, workdir: Option<&Path>, run_uid: Option<u32>) -> Vec<Proc> {
             Err(_) if owned => Vec::new(),
             Err(_) => continue,
         };
-        let Some(Stat { state, pgrp, start }) = std::fs::read_to_string(base.join("stat"))
-            .ok()
-            .as_deref()
-            .and_then(parse_stat)
-        else {
-            continue;
-        };
-        if state == 'Z' || state == 'X' {
-            continue; // dead, only waiting to be reaped
-        }
         let tagged = environ.split(|b| *b == 0).any(|v| v == needle.as_slice());
         let cwd_inside = workdir.is_some_and(|w| {
             std::fs::read_link(base.join("cwd")).is_ok_and(|cwd| cwd_is_inside(&cwd, w))
@@ -123,6 +128,25 @@ fn scan(tag: &str, workdir: Option<&Path>, run_uid: Option<u32>) -> Vec<Proc> {
         }
     }
     found
+}
+
+/// Room for one `/proc/<pid>/stat` line: 52 numeric fields and a command name of at most
+/// 64 bytes fit in well under 1 KiB.
+const STAT_BUF: usize = 1024;
+
+/// Reads and parses a `stat` file with one `read` (open, read, close): a sweep reads one
+/// per process on the host, and `fs::read_to_string` would add a `statx` and a second
+/// `read` to each. A line that does not fit is read again the long way.
+fn read_stat(path: &Path, buf: &mut [u8; STAT_BUF]) -> Option<Stat> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let n = f.read(buf).ok()?;
+    if n < buf.len() {
+        return parse_stat(std::str::from_utf8(&buf[..n]).ok()?);
+    }
+    let mut rest = String::from_utf8(buf.to_vec()).ok()?;
+    f.read_to_string(&mut rest).ok()?;
+    parse_stat(&rest)
 }
 
 /// Whether a `/proc/<pid>/cwd` target lies inside `dir`, also once the directory has been
@@ -177,6 +201,8 @@ pub(crate) struct Target<'a> {
     pub groups: &'a [i32],
     pub run_uid: Option<u32>,
     pub spared: &'a [Spared],
+    /// The start time of the run's first program, once one started (see [`scan`]).
+    pub born: Option<u64>,
 }
 
 /// One sweep round: kills every process of the run still alive (but the spared ones), and
@@ -184,7 +210,7 @@ pub(crate) struct Target<'a> {
 /// (a kept interpreter's children are killed one by one). Returns how many processes were
 /// found, the spared ones not counted.
 fn sweep_round(t: &Target<'_>) -> usize {
-    let (spared, found): (Vec<Proc>, Vec<Proc>) = scan(t.tag, Some(t.workdir), t.run_uid)
+    let (spared, found): (Vec<Proc>, Vec<Proc>) = scan(t.tag, Some(t.workdir), t.run_uid, t.born)
         .into_iter()
         .partition(|p| {
             t.spared
@@ -268,6 +294,16 @@ mod tests {
     }
 
     #[test]
+    fn one_read_of_stat_agrees_with_the_long_way() {
+        let path = Path::new("/proc/self/stat");
+        let mut buf = [0u8; STAT_BUF];
+        let quick = read_stat(path, &mut buf).expect("own stat");
+        let long = parse_stat(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!((quick.pgrp, quick.start), (long.pgrp, long.start));
+        assert!(read_stat(Path::new("/proc/self/no-such-file"), &mut buf).is_none());
+    }
+
+    #[test]
     fn start_time_of_this_process_is_stable() {
         let me = std::process::id() as i32;
         let a = start_time(me).expect("own stat");
@@ -339,6 +375,7 @@ mod tests {
             groups,
             run_uid: None,
             spared,
+            born: None,
         }
     }
 

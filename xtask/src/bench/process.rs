@@ -34,9 +34,12 @@ pub(crate) use super::stats::{ms, quantile};
 use super::Args;
 
 /// Added median latency over a direct spawn, at most (ms).
-const TARGET_ADDED_MS: f64 = 3.0;
+const TARGET_ADDED_MS: f64 = 1.0;
 /// Trivial runs per second at concurrency 8, at least.
-const TARGET_RUNS_PER_S: f64 = 150.0;
+const TARGET_RUNS_PER_S: f64 = 1000.0;
+/// The daemon's log filter here: the audit lines, and the per-phase lines of the daemon
+/// and the runner (debug level).
+const PHASE_LOG: &str = "info,plimsoll_daemon::phases=debug,plimsoll_runner::phases=debug";
 /// plimsolld's idle resident memory, at most (MiB).
 const TARGET_IDLE_RSS_MIB: f64 = 30.0;
 
@@ -144,11 +147,13 @@ pub(crate) struct Daemon {
     pub(crate) addr: SocketAddr,
     log_tail: Arc<Mutex<VecDeque<String>>>,
     answered: Arc<Mutex<Vec<f64>>>,
+    /// The "run phases" lines (daemon's and runner's), as logged.
+    phases: Arc<Mutex<Vec<serde_json::Value>>>,
 }
 
 impl Daemon {
     fn spawn(bin: &Path, callers: &Path, state: &Path) -> anyhow::Result<Daemon> {
-        Daemon::spawn_with(bin, callers, state, "process")
+        Daemon::spawn_env(bin, callers, state, "process", &[("RUST_LOG", PHASE_LOG)])
     }
 
     /// plimsolld with `SANDBOX_PROVIDER=provider`, serving the callers file.
@@ -198,6 +203,8 @@ impl Daemon {
         let tail = log_tail.clone();
         let answered = Arc::new(Mutex::new(Vec::new()));
         let answered_w = answered.clone();
+        let phases = Arc::new(Mutex::new(Vec::new()));
+        let phases_w = phases.clone();
         // Reads every log line (the daemon must never block on a full pipe), keeps the
         // last few for error messages, and reports the address of the "serving" line.
         std::thread::spawn(move || {
@@ -214,6 +221,9 @@ impl Daemon {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .push(ms);
+                }
+                if let Some(v) = phase_line(&line) {
+                    phases_w.lock().unwrap_or_else(|e| e.into_inner()).push(v);
                 }
                 let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
                 if t.len() == 20 {
@@ -256,7 +266,13 @@ impl Daemon {
             addr,
             log_tail,
             answered,
+            phases,
         })
+    }
+
+    /// The "run phases" lines logged since the last call.
+    fn take_phases(&self) -> Vec<serde_json::Value> {
+        std::mem::take(&mut *self.phases.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The audit durations logged since the last call.
@@ -326,6 +342,26 @@ fn answered_ms(line: &str) -> Option<f64> {
         return None;
     }
     v.get("duration_ms")?.as_f64()
+}
+
+/// A "run phases" line (see `plimsoll_runner::PHASES_TARGET` and the daemon's service).
+fn phase_line(line: &str) -> Option<serde_json::Value> {
+    if !line.contains("run phases") {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    (v.get("message")?.as_str()? == "run phases").then_some(v)
+}
+
+/// The median of field `key` (microseconds) over the phase lines of `target`, in ms.
+fn phase_ms(lines: &[serde_json::Value], target: &str, key: &str) -> Option<f64> {
+    let v: Vec<f64> = lines
+        .iter()
+        .filter(|l| l.get("target").and_then(|t| t.as_str()) == Some(target))
+        .filter_map(|l| l.get(key)?.as_f64())
+        .map(|us| us / 1000.0)
+        .collect();
+    (!v.is_empty()).then(|| quantile(&v, 0.5))
 }
 
 /// One trivial program, run directly and through plimsolld.
@@ -438,6 +474,8 @@ struct PairResult {
     daemon: Vec<f64>,
     /// `duration_ms` of the daemon's audit lines: admission to answer, in whole ms.
     server: Vec<f64>,
+    /// The measured runs' "run phases" lines.
+    phases: Vec<serde_json::Value>,
 }
 
 struct Measured {
@@ -473,10 +511,12 @@ async fn measure(
             direct: Vec::with_capacity(o.iterations),
             daemon: Vec::with_capacity(o.iterations),
             server: Vec::new(),
+            phases: Vec::new(),
         };
         for i in 0..o.warmup + o.iterations {
             if i == o.warmup {
                 daemon.take_answered();
+                daemon.take_phases();
             }
             let d = direct(&p, dir).await?;
             let t = through(&mut client, token, &p.request).await?;
@@ -488,6 +528,7 @@ async fn measure(
         // The daemon logs asynchronously; let the last audit lines arrive.
         tokio::time::sleep(Duration::from_millis(200)).await;
         r.server = daemon.take_answered();
+        r.phases = daemon.take_phases();
         results.push(r);
     }
 
@@ -550,6 +591,65 @@ async fn measure(
     })
 }
 
+/// Where a run's time goes, per phase: medians of the daemon's and the runner's
+/// "run phases" lines, and what is left outside the daemon (the client's median minus the
+/// daemon's own): gRPC framing, HTTP/2 and loopback both ways.
+fn print_phases(m: &Measured) {
+    const D: &str = "plimsoll_daemon::phases";
+    const R: &str = "plimsoll_runner::phases";
+    let rows: [(&str, &str, &str); 8] = [
+        (
+            "daemon: checks (validate, floor, admission)",
+            D,
+            "checks_us",
+        ),
+        ("runner: working directory created", R, "setup_us"),
+        ("runner: programs, spawn to end of output", R, "programs_us"),
+        ("runner: /proc sweeps (all of the run's)", R, "sweep_us"),
+        ("runner: working directory removed", R, "remove_us"),
+        ("daemon: provider call, in all", D, "provider_us"),
+        ("daemon: digests, record, audit line", D, "answer_us"),
+        ("daemon: admission to answer, in all", D, "total_us"),
+    ];
+    println!();
+    print!("{:<48}", "phase (median ms)");
+    for p in &m.pairs {
+        print!(" {:>14}", p.name);
+    }
+    println!();
+    for (label, target, key) in rows {
+        print!("{label:<48}");
+        for p in &m.pairs {
+            match phase_ms(&p.phases, target, key) {
+                Some(v) => print!(" {v:>11.3} ms"),
+                None => print!(" {:>14}", "-"),
+            }
+        }
+        println!();
+    }
+    print!("{:<48}", "sweeps per run");
+    for p in &m.pairs {
+        match phase_ms(&p.phases, R, "sweeps") {
+            Some(v) => print!(" {:>14.0}", v * 1000.0),
+            None => print!(" {:>14}", "-"),
+        }
+    }
+    println!();
+    print!("{:<48}", "outside the daemon (gRPC, HTTP/2, loopback)");
+    for p in &m.pairs {
+        match phase_ms(&p.phases, D, "total_us") {
+            Some(d) => print!(" {:>11.3} ms", quantile(&p.daemon, 0.5) - d),
+            None => print!(" {:>14}", "-"),
+        }
+    }
+    println!();
+    print!("{:<48}", "direct spawn, for scale");
+    for p in &m.pairs {
+        print!(" {:>11.3} ms", quantile(&p.direct, 0.5));
+    }
+    println!();
+}
+
 pub(crate) fn verdict(ok: bool) -> &'static str {
     super::verdict(ok, super::PASS_MISS)
 }
@@ -592,6 +692,7 @@ fn print_table(o: &Options, m: &Measured, idle_kib: u64, peak_kib: u64) {
         );
     }
     println!("(in-daemon: the audit line's duration_ms, admission to answer, whole ms; direct spawns use the runner's clean environment)");
+    print_phases(m);
     println!();
     println!("{:<46} {:>14} {:>12}  result", "measure", "value", "target");
     for p in &m.pairs {
