@@ -82,7 +82,9 @@ impl ProcessProvider {
             },
             default_timeout: cfg.default_timeout,
         })
-        .map_err(|e| ProviderStartError::new(NAME, e.to_string()))?;
+        .map_err(|e| ProviderStartError::new(NAME, e.to_string()))?
+        // The answer waits for the sweep, not for the directory's removal.
+        .remove_after_answer();
         Ok(ProcessProvider {
             runner,
             languages: Default::default(),

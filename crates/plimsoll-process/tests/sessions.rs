@@ -1,4 +1,5 @@
-//! The process provider's sessions through the provider interface, with real processes.
+//! The process provider through the provider interface, with real processes: sessions, and
+//! the cleanup of one-shot runs.
 //! Cell tests print `SKIPPED` and pass when their interpreter is missing (CI has both).
 
 use std::time::Duration;
@@ -259,4 +260,46 @@ async fn a_deadline_ends_the_cell_not_the_session() {
     }
     assert_eq!(stdout(&o), "'alive'");
     s.close().await;
+}
+
+/// One-shot runs' working directories are removed after the answer, on a blocking thread:
+/// they still go, every one of them, and the run's processes are dead before the answer.
+#[tokio::test]
+async fn run_directories_are_removed_after_the_answer() {
+    let (dir, p) = provider().await;
+    for _ in 0..5 {
+        let out = p
+            .run(
+                Work::Project(pb::ProjectRun {
+                    steps: vec!["echo $$ > pid; sleep 300 & echo $! > bg".into()],
+                    artifacts: vec!["bg".into()],
+                    ..Default::default()
+                }),
+                T,
+            )
+            .await
+            .unwrap();
+        let Answer::Project(r) = out else {
+            panic!("not a project answer")
+        };
+        let bg: i32 = String::from_utf8_lossy(&r.artifacts[0].content)
+            .trim()
+            .parse()
+            .unwrap();
+        // Dead (or a zombie of nobody's) when the answer arrives.
+        let alive = std::fs::read_to_string(format!("/proc/{bg}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false);
+        assert!(!alive, "the background child {bg} outlived the answer");
+    }
+    let runs = dir.path().join("runs");
+    let mut left = usize::MAX;
+    for _ in 0..500 {
+        left = std::fs::read_dir(&runs).unwrap().count();
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(left, 0, "run directories left under {}", runs.display());
 }

@@ -251,6 +251,8 @@ pub struct Runner {
     run_as: Option<RunAs>,
     /// `cfg.root_dir`, canonical, so paths the kernel reports compare equal.
     root: PathBuf,
+    /// One-shot runs' directories are removed on a blocking thread after the answer.
+    remove_after_answer: bool,
 }
 
 impl Runner {
@@ -262,7 +264,18 @@ impl Runner {
             cfg,
             run_as: None,
             root,
+            remove_after_answer: false,
         })
+    }
+
+    /// Removes each one-shot run's working directory on a blocking thread once the run's
+    /// processes are dead, instead of before the answer: the removal (a few `rmdir`s, slow
+    /// on a journaled disk) leaves the answer's path. The answer still waits for the sweep.
+    /// Sessions and probes are unaffected. A daemon killed in that window leaves the
+    /// directory behind (mode 0700, under the state directory).
+    pub fn remove_after_answer(mut self) -> Runner {
+        self.remove_after_answer = true;
+        self
     }
 
     /// Runs every program as `who` (see [`RunAs`]). Refuses uid or gid 0.
@@ -306,7 +319,7 @@ impl Runner {
         let scope = self.scope()?;
         let setup = t0.elapsed();
         let out = javascript_in(&scope, js, deadline, &self.cfg.limits, env).await;
-        finish(scope, "javascript", t0, setup).await;
+        finish(scope, "javascript", t0, setup, self.remove_after_answer).await;
         out
     }
 
@@ -323,7 +336,7 @@ impl Runner {
         let scope = self.scope()?;
         let setup = t0.elapsed();
         let out = project_in(&scope, p, deadline, &self.cfg.limits, env).await;
-        finish(scope, "project", t0, setup).await;
+        finish(scope, "project", t0, setup, self.remove_after_answer).await;
         out
     }
 
@@ -413,11 +426,18 @@ pub const PHASES_TARGET: &str = "plimsoll_runner::phases";
 /// Ends a one-shot run's scope and logs, at debug level, where its time went: `setup_us`
 /// (the working directory), `programs_us` (writing files, the programs from spawn to the
 /// end of their output, reading artifacts), `sweep_us` over `sweeps` looks at `/proc`,
-/// and `remove_us` (removing the directory). In microseconds.
-async fn finish(scope: RunScope, kind: &'static str, t0: Instant, setup: Duration) {
+/// and `remove_us` (removing the directory, or handing it to a blocking thread with
+/// [`Runner::remove_after_answer`]). In microseconds.
+async fn finish(
+    scope: RunScope,
+    kind: &'static str,
+    t0: Instant,
+    setup: Duration,
+    remove_later: bool,
+) {
     let before_end = t0.elapsed();
     let (swept_before, _) = scope.swept();
-    let ended = scope.end_measured().await;
+    let ended = scope.end_measured(remove_later).await;
     let total = t0.elapsed();
     let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     tracing::debug!(

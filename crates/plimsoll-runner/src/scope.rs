@@ -357,17 +357,23 @@ impl RunScope {
     /// `/proc` when the last sweep found none and no program started since), then removes
     /// the working directory.
     pub async fn end(self) {
-        self.end_measured().await;
+        self.end_measured(false).await;
     }
 
-    /// [`RunScope::end`], telling where the time went.
-    pub async fn end_measured(mut self) -> Ended {
+    /// [`RunScope::end`], telling where the time went. With `remove_later`, the directory
+    /// is removed on a blocking thread after this returns (the processes are dead by then).
+    pub async fn end_measured(mut self, remove_later: bool) -> Ended {
         lock(&self.spared).clear();
         if !self.known_clean() {
             self.kill_all().await;
         }
         let t0 = Instant::now();
-        remove_tree(&self.dir);
+        if remove_later {
+            let dir = self.dir.clone();
+            tokio::task::spawn_blocking(move || remove_tree(&dir));
+        } else {
+            remove_tree(&self.dir);
+        }
         self.ended = true;
         let (swept, sweeps) = self.swept();
         Ended {
@@ -547,7 +553,7 @@ mod tests {
         let scope = RunScope::create(root.path(), None).unwrap();
         assert!(scope.kill_all().await);
         // Nothing started since the clean sweep: ending does not look at /proc again.
-        let ended = scope.end_measured().await;
+        let ended = scope.end_measured(false).await;
         assert_eq!(ended.sweeps, 1);
 
         let scope = RunScope::create(root.path(), None).unwrap();
@@ -556,7 +562,7 @@ mod tests {
         scope.add_group(child.id() as i32);
         child.wait().unwrap();
         // A program started after the clean sweep: the end sweeps again.
-        assert_eq!(scope.end_measured().await.sweeps, 2);
+        assert_eq!(scope.end_measured(false).await.sweeps, 2);
     }
 
     #[test]
