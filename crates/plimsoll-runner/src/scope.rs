@@ -34,7 +34,10 @@ pub(crate) struct RunScope {
     /// Start time (clock ticks since boot, `/proc/<pid>/stat` field 22) of the run's first
     /// program. Every process of the run was forked at or after it, so a sweep need not
     /// read the environment or working directory of an older process.
-    born: Mutex<Option<u64>>,
+    /// Only the first program's start time may be taken: if it cannot be read, a later
+    /// program's would pass over the first one's children, so the field stays `None` for
+    /// good (the outer `Option`: whether the first program has been seen).
+    born: Mutex<Option<Option<u64>>>,
     /// Programs started so far (bumped by [`RunScope::add_group`]).
     started: AtomicU64,
     /// The value of `started` when a sweep last found nothing left (`u64::MAX`: never).
@@ -126,7 +129,7 @@ impl RunScope {
         {
             let mut born = lock(&self.born);
             if born.is_none() {
-                *born = tree::start_time(pgid);
+                *born = Some(tree::start_time(pgid));
             }
         }
         let mut groups = lock(&self.groups);
@@ -190,7 +193,7 @@ impl RunScope {
             groups,
             run_uid: self.uid(),
             spared,
-            born: *lock(&self.born),
+            born: lock(&self.born).flatten(),
         }
     }
 
