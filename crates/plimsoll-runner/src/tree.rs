@@ -40,8 +40,11 @@ pub(crate) struct Spared {
 
 /// The start time (field 22 of `/proc/<pid>/stat`) of a process, zombies included.
 pub(crate) fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&stat).map(|s| s.start)
+    read_stat(
+        Path::new(&format!("/proc/{pid}/stat")),
+        &mut [0u8; STAT_BUF],
+    )
+    .map(|s| s.start)
 }
 
 /// Pids of every live (not zombie) process whose environment holds `PLIMSOLL_RUN_TAG=<tag>`.

@@ -353,15 +353,19 @@ fn phase_line(line: &str) -> Option<serde_json::Value> {
     (v.get("message")?.as_str()? == "run phases").then_some(v)
 }
 
-/// The median of field `key` (microseconds) over the phase lines of `target`, in ms.
-fn phase_ms(lines: &[serde_json::Value], target: &str, key: &str) -> Option<f64> {
+/// The median of field `key` over the phase lines of `target`.
+fn phase_median(lines: &[serde_json::Value], target: &str, key: &str) -> Option<f64> {
     let v: Vec<f64> = lines
         .iter()
         .filter(|l| l.get("target").and_then(|t| t.as_str()) == Some(target))
         .filter_map(|l| l.get(key)?.as_f64())
-        .map(|us| us / 1000.0)
         .collect();
     (!v.is_empty()).then(|| quantile(&v, 0.5))
+}
+
+/// [`phase_median`] of a field in microseconds, in ms.
+fn phase_ms(lines: &[serde_json::Value], target: &str, key: &str) -> Option<f64> {
+    phase_median(lines, target, key).map(|us| us / 1000.0)
 }
 
 /// One trivial program, run directly and through plimsolld.
@@ -629,8 +633,8 @@ fn print_phases(m: &Measured) {
     }
     print!("{:<48}", "sweeps per run");
     for p in &m.pairs {
-        match phase_ms(&p.phases, R, "sweeps") {
-            Some(v) => print!(" {:>14.0}", v * 1000.0),
+        match phase_median(&p.phases, R, "sweeps") {
+            Some(v) => print!(" {v:>14.0}"),
             None => print!(" {:>14}", "-"),
         }
     }
