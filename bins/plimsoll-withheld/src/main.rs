@@ -50,11 +50,22 @@ enum Command {
     KnownUnreadable(KnownArgs),
     /// Add an entry to a withheld set (created if missing) from a file or a value in a file.
     Add(AddArgs),
-    /// Benchmark baseline: stream an engine image's export and decompress its layers, no matching.
+    /// Benchmark baseline: stream an engine image's export (or read `docker-archive:PATH`) and
+    /// decompress its layers, no matching.
     #[command(hide = true)]
     StreamBaseline {
-        /// Engine image.
+        /// Engine image, or `docker-archive:PATH` for a saved archive file.
         image: String,
+    },
+    /// Benchmark: the matcher's per-byte cost against a plain SHA-256 of the same bytes.
+    #[command(hide = true)]
+    MatchRate {
+        /// The withheld set (JSON).
+        #[arg(long = "set")]
+        set: PathBuf,
+        /// MiB of random bytes to match.
+        #[arg(long = "mib", default_value_t = 256)]
+        mib: usize,
     },
 }
 
@@ -72,6 +83,9 @@ struct ScanArgs {
     /// Images to scan.
     #[arg(required = true, value_name = "IMAGE")]
     images: Vec<String>,
+    /// Benchmark comparison only: match on the reading thread instead of a thread of its own.
+    #[arg(long = "match-inline", hide = true)]
+    match_inline: bool,
 }
 
 #[derive(Debug, Args)]
@@ -167,8 +181,8 @@ async fn scan_all(
     images: &[String],
     set: &WithheldSet,
     known: &KnownImages,
+    limits: Limits,
 ) -> (Vec<ScanReport>, Vec<(String, String)>) {
-    let limits = Limits::default();
     let mut reports = Vec::new();
     let mut errors = Vec::new();
     let mut docker: Option<Docker> = None;
@@ -246,7 +260,11 @@ async fn scan_image(a: ScanArgs) -> ExitCode {
         },
         None => KnownImages::empty(),
     };
-    let (reports, errors) = scan_all(&a.images, &set, &known).await;
+    let limits = Limits {
+        match_thread: !a.match_inline,
+        ..Limits::default()
+    };
+    let (reports, errors) = scan_all(&a.images, &set, &known, limits).await;
     match a.format {
         Format::Text => {
             print!("{}", render_text(&reports));
@@ -286,7 +304,8 @@ async fn known_unreadable(a: KnownArgs) -> ExitCode {
         Ok(k) => k,
         Err(e) => return usage(format!("--known: {e}")),
     };
-    let (reports, errors) = scan_all(&a.images, &set, &KnownImages::empty()).await;
+    let (reports, errors) =
+        scan_all(&a.images, &set, &KnownImages::empty(), Limits::default()).await;
     for r in &reports {
         let items = r.known_items();
         println!(
@@ -410,6 +429,22 @@ fn main() -> ExitCode {
         Command::ScanImage(a) => rt.block_on(scan_image(a)),
         Command::KnownUnreadable(a) => rt.block_on(known_unreadable(a)),
         Command::Add(a) => add(a),
+        Command::StreamBaseline { image } if image.starts_with("docker-archive:") => {
+            let path = &image["docker-archive:".len()..];
+            let read = std::fs::File::open(path)
+                .and_then(|mut f| plimsoll_withheld::baseline_read(&mut f));
+            match read {
+                Ok(n) => {
+                    println!("{n}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("plimsoll-withheld: {path}: {e}");
+                    ExitCode::from(3)
+                }
+            }
+        }
+        Command::MatchRate { set, mib } => match_rate(&set, mib),
         Command::StreamBaseline { image } => rt.block_on(async {
             let docker = match plimsoll_withheld::connect_docker().await {
                 Ok(d) => d,
@@ -430,6 +465,34 @@ fn main() -> ExitCode {
             }
         }),
     }
+}
+
+/// `match-rate`: prints one JSON line with both rates in MiB/s.
+fn match_rate(set: &Path, mib: usize) -> ExitCode {
+    let set = match plimsoll_withheld::WithheldSet::load(set) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("plimsoll-withheld: {}: {e}", set.display());
+            return ExitCode::from(2);
+        }
+    };
+    // Random bytes (xorshift; no matches expected), the worst case for nothing but speed.
+    let mut data = vec![0u8; mib << 20];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for w in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        w.copy_from_slice(&x.to_le_bytes()[..w.len()]);
+    }
+    let (m, s) = plimsoll_withheld::match_and_hash_times(&set, &data, 3);
+    let rate = |d: std::time::Duration| mib as f64 / d.as_secs_f64();
+    println!(
+        "{{\"mib\":{mib},\"match_mib_s\":{:.1},\"sha256_mib_s\":{:.1}}}",
+        rate(m),
+        rate(s)
+    );
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

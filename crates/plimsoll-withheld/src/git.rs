@@ -163,7 +163,7 @@ impl Scan<'_> {
 
     /// Scans bytes held in memory as a file of their own (a new space).
     fn scan_held(&mut self, data: &[u8], path: &str, depth: u32) -> io::Result<()> {
-        let space = RefCell::new(Space::new(self.set, self.limits));
+        let space = self.space();
         let size = Some(data.len() as u64);
         let node = Node {
             path,

@@ -105,13 +105,19 @@ fn read_error(e: io::Error, what: &str) -> ScanError {
 }
 
 /// Scans an export stream (`docker save` tar or OCI archive tar, optionally compressed).
+/// `threaded`: run matching on a thread of its own (whole images); inline for small inputs.
 pub(crate) fn scan_stream(
     input: impl Read,
     set: &WithheldSet,
     limits: &Limits,
+    threaded: bool,
 ) -> Result<Export, ScanError> {
-    let mut scan = Scan::new(set, limits);
-    let root = RefCell::new(Space::new(set, limits));
+    let mut scan = if threaded {
+        Scan::piped(set, limits)
+    } else {
+        Scan::new(set, limits)
+    };
+    let root = scan.space();
     let mut meta = Meta {
         limits,
         metadata: HashMap::new(),
@@ -178,7 +184,7 @@ pub(crate) fn scan_stream(
             };
             let export_id = scan.id();
             let dec = scan.limited(dec, export_id, codec, &encoded, true);
-            let inner_space = RefCell::new(Space::new(set, limits));
+            let inner_space = scan.space();
             let mut tee2 = Tee {
                 inner: dec,
                 space: &inner_space,
@@ -214,7 +220,7 @@ pub(crate) fn scan_stream(
     root.borrow_mut().finish_export(&mut scan.out);
     let decoded = scan.decoded_total();
     Ok(Export {
-        out: scan.out,
+        out: scan.out.in_order(),
         members,
         metadata: meta.metadata,
         decoded,
@@ -297,7 +303,7 @@ pub(crate) fn scan_dir(
         }
     }
     files.sort();
-    let mut scan = Scan::new(set, limits);
+    let mut scan = Scan::piped(set, limits);
     let mut meta = Meta {
         limits,
         metadata: HashMap::new(),
@@ -318,7 +324,7 @@ pub(crate) fn scan_dir(
             .metadata()
             .map_err(|e| ScanError::Read(format!("{}: {e}", path.display())))?
             .len();
-        let space = RefCell::new(Space::new(set, limits));
+        let space = scan.space();
         let mut buf = Vec::new();
         let capture = meta.slot(&name, size);
         let node = Node {
@@ -351,7 +357,7 @@ pub(crate) fn scan_dir(
     }
     let decoded = scan.decoded_total();
     Ok(Export {
-        out: scan.out,
+        out: scan.out.in_order(),
         members,
         metadata: meta.metadata,
         decoded,

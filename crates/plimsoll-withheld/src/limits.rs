@@ -58,6 +58,11 @@ pub struct Limits {
     /// Longest chain of git deltas rebuilt (`limit:git-delta-depth`). Default 50 (git's own
     /// default `pack.depth`).
     pub max_git_delta_depth: u32,
+    /// Run matching of a whole-image scan (an engine export, a saved archive, an OCI layout)
+    /// on a thread of its own beside the reading thread (`true`, the default), or inline on
+    /// the reading thread (`false`; the benchmark's comparison). Scans of bytes in memory
+    /// always match inline. The findings are the same either way.
+    pub match_thread: bool,
 }
 
 impl Default for Limits {
@@ -78,6 +83,7 @@ impl Default for Limits {
             max_decoder_memory: 40 << 20,
             max_git_object: 8 << 20,
             max_git_delta_depth: 50,
+            match_thread: true,
         }
     }
 }

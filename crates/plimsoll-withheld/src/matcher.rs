@@ -82,6 +82,87 @@ struct RunEntry {
     slot: usize,
 }
 
+/// The mixed value of class `k` at rolling value `h`; its top 24 bits are the entry key.
+#[inline(always)]
+fn mixed(k: &Class, h: u64) -> u64 {
+    ((h & k.mask) ^ k.salt).wrapping_mul(MIX)
+}
+
+/// The first-level test: the top 16 bits of `m` in the fixed 8 KiB bitmap. The shifts are
+/// constants and the word index is below 1,024 by its width, so the loop has no bounds check
+/// and no variable shift but the bit test.
+#[inline(always)]
+fn quick_bit(quick: &[u64; QUICK_WORDS], m: u64) -> bool {
+    let q = m >> 48;
+    (quick[(q >> 6) as usize] >> (q & 63)) & 1 != 0
+}
+
+/// The second-level test, at the set's own resolution (16 to 24 bits by its size).
+fn fine_bit(index: &RunIndex, m: u64) -> bool {
+    let x = m >> index.shift;
+    let word = index.bitmap.get((x >> 6) as usize).copied().unwrap_or(0);
+    (word >> (x & 63)) & 1 != 0
+}
+
+/// The prefilter over `chunk` for a set of exactly `N` classes (the common case: a few
+/// distinct lengths), unrolled so every class's mask and salt stay in registers and the
+/// loop takes one branch per byte. Pushes `(offset, class, h)` of every maybe; returns the
+/// rolling value after the chunk.
+#[inline(always)]
+fn probe<const N: usize>(
+    ks: [Class; N],
+    index: &RunIndex,
+    mut h: u64,
+    chunk: &[u8],
+    cands: &mut Vec<(usize, u32, u64)>,
+) -> u64 {
+    let quick = &*index.quick;
+    for (i, &b) in chunk.iter().enumerate() {
+        h = (h << 1).wrapping_add(GEAR[b as usize]);
+        let mut any = false;
+        for k in &ks {
+            any |= quick_bit(quick, mixed(k, h));
+        }
+        if any {
+            maybe(&ks, index, i, h, cands);
+        }
+    }
+    h
+}
+
+/// The rare path of a first-level hit: the classes that pass both levels become candidates.
+#[cold]
+#[inline(never)]
+fn maybe(ks: &[Class], index: &RunIndex, i: usize, h: u64, cands: &mut Vec<(usize, u32, u64)>) {
+    for k in ks {
+        let m = mixed(k, h);
+        if quick_bit(&index.quick, m) && fine_bit(index, m) {
+            cands.push((i, k.c, h));
+        }
+    }
+}
+
+/// [`probe`] for any number of classes.
+fn probe_any(
+    ks: &[Class],
+    index: &RunIndex,
+    mut h: u64,
+    chunk: &[u8],
+    cands: &mut Vec<(usize, u32, u64)>,
+) -> u64 {
+    let quick = &*index.quick;
+    for (i, &b) in chunk.iter().enumerate() {
+        h = (h << 1).wrapping_add(GEAR[b as usize]);
+        if ks.iter().any(|k| quick_bit(quick, mixed(k, h))) {
+            maybe(ks, index, i, h, cands);
+        }
+    }
+    h
+}
+
+/// Words of the first-level bitmap: 2^16 bits.
+const QUICK_WORDS: usize = 1 << 10;
+
 #[derive(Debug, Clone, Copy)]
 struct Class {
     c: u32,
@@ -95,6 +176,8 @@ pub(crate) struct RunIndex {
     classes: Vec<Class>,
     shift: u32,
     bitmap: Vec<u64>,
+    /// The top 16 bits of every key: the first, fixed-size level of the prefilter.
+    quick: Box<[u64; QUICK_WORDS]>,
     table: HashMap<(u32, u32), Vec<RunEntry>>,
     max_len: usize,
     slots: usize,
@@ -108,6 +191,7 @@ impl RunIndex {
             (64 - n.leading_zeros() + 14).clamp(16, 24)
         };
         let mut bitmap = vec![0u64; 1usize << (bits - 6)];
+        let mut quick = Box::new([0u64; QUICK_WORDS]);
         let mut classes: Vec<Class> = Vec::new();
         let mut table: HashMap<(u32, u32), Vec<RunEntry>> = HashMap::new();
         let mut max_len = 0;
@@ -123,6 +207,8 @@ impl RunIndex {
             let key = pre & 0x00FF_FFFF;
             let idx = (key >> (24 - bits)) as usize;
             bitmap[idx >> 6] |= 1 << (idx & 63);
+            let q = (key >> 8) as usize;
+            quick[q >> 6] |= 1 << (q & 63);
             table.entry((c, key)).or_default().push(RunEntry {
                 len,
                 sha256: sha,
@@ -136,6 +222,7 @@ impl RunIndex {
             classes,
             shift: 64 - bits,
             bitmap,
+            quick,
             table,
             max_len,
             slots: runs.len(),
@@ -211,28 +298,13 @@ impl RunState {
             return;
         }
         self.cands.clear();
-        let shift = index.shift;
-        let bm = &index.bitmap[..];
-        let mut h = self.h;
-        if let [k] = index.classes[..] {
-            for (i, &b) in chunk.iter().enumerate() {
-                h = (h << 1).wrapping_add(GEAR[b as usize]);
-                let x = ((h & k.mask) ^ k.salt).wrapping_mul(MIX) >> shift;
-                if (bm[(x >> 6) as usize] >> (x & 63)) & 1 != 0 {
-                    self.cands.push((i, k.c, h));
-                }
-            }
-        } else {
-            for (i, &b) in chunk.iter().enumerate() {
-                h = (h << 1).wrapping_add(GEAR[b as usize]);
-                for k in &index.classes {
-                    let x = ((h & k.mask) ^ k.salt).wrapping_mul(MIX) >> shift;
-                    if (bm[(x >> 6) as usize] >> (x & 63)) & 1 != 0 {
-                        self.cands.push((i, k.c, h));
-                    }
-                }
-            }
-        }
+        let h = match &index.classes[..] {
+            [a] => probe([*a], index, self.h, chunk, &mut self.cands),
+            [a, b] => probe([*a, *b], index, self.h, chunk, &mut self.cands),
+            [a, b, c] => probe([*a, *b, *c], index, self.h, chunk, &mut self.cands),
+            [a, b, c, d] => probe([*a, *b, *c, *d], index, self.h, chunk, &mut self.cands),
+            more => probe_any(more, index, self.h, chunk, &mut self.cands),
+        };
         self.h = h;
         if !self.cands.is_empty() && !self.over_budget {
             let cands = std::mem::take(&mut self.cands);
@@ -425,6 +497,36 @@ mod tests {
                 "chunk {chunk}: {hits:?}"
             );
             assert_eq!(hits.len(), 2, "chunk {chunk}: {hits:?}");
+        }
+    }
+
+    /// One to six distinct lengths: the unrolled probes for one to four classes and the
+    /// general one all find every value and nothing else.
+    #[test]
+    fn every_number_of_classes_finds_every_value() {
+        let lens = [16usize, 21, 33, 47, 58, 200];
+        for n in 1..=lens.len() {
+            let values: Vec<Vec<u8>> = (0..n).map(|k| noise(lens[k], 50 + k as u64)).collect();
+            let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+            let ix = index_for(&refs);
+            assert_eq!(ix.classes.len(), n);
+            let mut data = noise(200_000, 3);
+            let mut at = Vec::new();
+            for (k, v) in values.iter().enumerate() {
+                let pos = 10_000 + k * 30_000;
+                data[pos..pos + v.len()].copy_from_slice(v);
+                at.push((pos as u64, k));
+            }
+            for chunk in [1, 64, 65_536] {
+                let hits = scan(&ix, &data, chunk);
+                for &(pos, k) in &at {
+                    assert!(
+                        hits.iter().any(|h| h.entry == k && h.start == pos),
+                        "{n} classes, chunk {chunk}: value {k} at {pos} missed: {hits:?}"
+                    );
+                }
+                assert_eq!(hits.len(), n, "{n} classes, chunk {chunk}: {hits:?}");
+            }
         }
     }
 

@@ -165,7 +165,7 @@ struct EntryFile {
 #[derive(Debug, Clone)]
 pub struct WithheldSet {
     entries: Vec<Entry>,
-    pub(crate) runs: RunIndex,
+    pub(crate) runs: std::sync::Arc<RunIndex>,
     pub(crate) files: FileIndex,
 }
 
@@ -233,7 +233,7 @@ impl WithheldSet {
             }
         }
         Ok(WithheldSet {
-            runs: RunIndex::new(&runs),
+            runs: std::sync::Arc::new(RunIndex::new(&runs)),
             files: FileIndex::new(&files),
             entries,
         })

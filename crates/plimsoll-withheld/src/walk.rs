@@ -13,12 +13,14 @@
 //! itself (the engine stream, the disk) are [`Fatal`] and end the scan.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::io::{self, BufReader, Read};
 use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use crate::limits::{decoder_need, Limits, MemBudget};
-use crate::matcher::{RunHit, RunState};
+use crate::matcher::RunHit;
+use crate::pipe::{self, Lane, Pipe, SharedLane, STAGE};
 use crate::set::WithheldSet;
 use crate::sniff::{sniff, Kind, SNIFF_LEN};
 use crate::tag::{ours, own_reason, tagged, Fatal};
@@ -29,8 +31,6 @@ use crate::zip::{self, Counted, MemberData, ZipLimits, ZipMember, ZipVisitor};
 const MAX_FINDINGS: usize = 100_000;
 /// Most unreadable files one scan keeps.
 const MAX_UNREADABLE: usize = 100_000;
-/// Most unresolved run hits one stream keeps.
-const MAX_PENDING: usize = 100_000;
 
 /// Wraps a source so its errors become [`Fatal`].
 pub(crate) struct Source<R>(pub R);
@@ -78,6 +78,10 @@ pub(crate) struct RawFinding {
     pub path: String,
     pub entry: usize,
     pub whole_file: bool,
+    /// When the place it is attributed to ended, in the reading order: what orders the
+    /// report, so matching on a thread of its own (which attributes later) reports in the
+    /// same order as matching inline.
+    order: u64,
 }
 
 /// An unreadable file before it is placed in an image.
@@ -97,10 +101,28 @@ pub(crate) struct Collected {
     pub streams: u64,
     pub omitted: u64,
     seen: HashSet<(String, usize)>,
+    next_order: u64,
 }
 
 impl Collected {
+    /// The next place in the reading order.
+    fn ticket(&mut self) -> u64 {
+        self.next_order += 1;
+        self.next_order
+    }
+
     fn find(&mut self, path: &str, entry: usize, whole_file: bool) {
+        let order = self.ticket();
+        self.find_at(path, entry, whole_file, order);
+    }
+
+    /// The findings in reading order; call once the scan has ended.
+    pub(crate) fn in_order(mut self) -> Collected {
+        self.findings.sort_by_key(|f| f.order);
+        self
+    }
+
+    fn find_at(&mut self, path: &str, entry: usize, whole_file: bool, order: u64) {
         if self.seen.contains(&(path.to_owned(), entry)) {
             return;
         }
@@ -113,6 +135,7 @@ impl Collected {
             path: path.to_owned(),
             entry,
             whole_file,
+            order,
         });
     }
 
@@ -138,50 +161,83 @@ impl Collected {
     }
 }
 
-/// One decoded stream and its run matching.
+/// One decoded stream and its run matching: inline, or on the scan's matcher thread
+/// ([`crate::pipe`]).
 pub(crate) struct Space {
-    run: RunState,
-    pending: Vec<RunHit>,
-    hits: Vec<RunHit>,
-    confirm_factor: u64,
+    at: LaneAt,
+    /// Member ranges that ended before the matcher reached their end, in the order they
+    /// ended (inner members first); each is attributed once the matcher has passed its end.
+    waiting: VecDeque<Waiting>,
+    /// Bytes read but not yet handed to the matcher.
+    stage: Vec<u8>,
+    /// Bytes handed to the matcher so far.
+    sent: u64,
 }
 
+/// A member range that ended before the matcher reached its end.
+struct Waiting {
+    start: u64,
+    end: u64,
+    path: String,
+    /// Its place in the reading order (when it ended).
+    order: u64,
+}
+
+enum LaneAt {
+    Here(Lane),
+    Piped(SharedLane, Rc<Pipe>),
+}
+
+/// Most member ranges one stream lets wait for the matcher before it waits for it.
+const MAX_WAITING: usize = 4096;
+
 impl Space {
+    /// A space matched inline, on the reading thread.
     pub(crate) fn new(set: &WithheldSet, limits: &Limits) -> Space {
         Space {
-            run: RunState::new(&set.runs),
-            pending: Vec::new(),
-            hits: Vec::new(),
-            confirm_factor: limits.max_confirm_factor,
+            at: LaneAt::Here(Lane::new(&set.runs, limits.max_confirm_factor)),
+            waiting: VecDeque::new(),
+            stage: Vec::new(),
+            sent: 0,
         }
     }
 
-    fn feed(&mut self, set: &WithheldSet, chunk: &[u8]) {
-        let budget = self
-            .confirm_factor
-            .saturating_mul(self.run.pos() + chunk.len() as u64)
-            .saturating_add(64 << 20);
-        self.hits.clear();
-        let mut hits = std::mem::take(&mut self.hits);
-        self.run.feed(&set.runs, chunk, budget, &mut hits);
-        for h in hits.drain(..) {
-            if let Some(last) = self
-                .pending
-                .iter_mut()
-                .rev()
-                .take(4)
-                .find(|p| p.entry == h.entry)
-            {
-                if h.start < last.end {
-                    last.end = last.end.max(h.end);
-                    continue;
+    fn piped(pipe: &Rc<Pipe>, limits: &Limits) -> Space {
+        let lane = Lane::new(pipe.index(), limits.max_confirm_factor);
+        Space {
+            at: LaneAt::Piped(Arc::new(Mutex::new(lane)), Rc::clone(pipe)),
+            waiting: VecDeque::new(),
+            stage: pipe.buffer(),
+            sent: 0,
+        }
+    }
+
+    fn feed(&mut self, set: &WithheldSet, mut chunk: &[u8]) {
+        match &mut self.at {
+            LaneAt::Here(lane) => lane.feed(&set.runs, chunk),
+            LaneAt::Piped(..) => {
+                while !chunk.is_empty() {
+                    let room = STAGE - self.stage.len();
+                    let n = room.min(chunk.len());
+                    self.stage.extend_from_slice(&chunk[..n]);
+                    chunk = &chunk[n..];
+                    if self.stage.len() >= STAGE {
+                        self.flush();
+                    }
                 }
             }
-            if self.pending.len() < MAX_PENDING {
-                self.pending.push(h);
+        }
+    }
+
+    /// Hands the staged bytes to the matcher.
+    fn flush(&mut self) {
+        if let LaneAt::Piped(lane, pipe) = &self.at {
+            if !self.stage.is_empty() {
+                let buf = std::mem::replace(&mut self.stage, pipe.buffer());
+                self.sent += buf.len() as u64;
+                pipe.send(lane, buf);
             }
         }
-        self.hits = hits;
     }
 
     /// Attributes every pending hit inside `[start, end)` to `path` (an export member).
@@ -194,28 +250,104 @@ impl Space {
         self.finish("", None, out);
     }
 
-    /// Attributes every pending hit inside `[start, end)` to `path`.
+    /// Attributes every pending hit inside `[start, end)` to `path`: now when matching is
+    /// inline, or once the matcher has passed `end`.
     fn resolve(&mut self, start: u64, end: u64, path: &str, out: &mut Collected) {
-        if self.pending.is_empty() {
-            return;
-        }
-        self.pending.retain(|h| {
-            if h.start >= start && h.end <= end {
-                out.find(path, h.entry, false);
-                false
-            } else {
-                true
+        match &mut self.at {
+            LaneAt::Here(lane) => claim(&mut lane.pending, start, end, path, out, None),
+            LaneAt::Piped(..) => {
+                let order = out.ticket();
+                self.waiting.push_back(Waiting {
+                    start,
+                    end,
+                    path: path.to_owned(),
+                    order,
+                });
+                if self.waiting.len() > MAX_WAITING {
+                    self.catch_up();
+                }
+                self.settle(out);
             }
-        });
+        }
+    }
+
+    /// Waits until the matcher has done every byte read so far.
+    fn catch_up(&mut self) {
+        self.flush();
+        if let LaneAt::Piped(_, pipe) = &self.at {
+            pipe.sync();
+        }
+    }
+
+    /// Attributes the waiting ranges the matcher has passed, in the order they ended.
+    fn settle(&mut self, out: &mut Collected) {
+        let LaneAt::Piped(lane, _) = &self.at else {
+            return;
+        };
+        // The matcher cannot be past what it was sent: skip the lock until it could be.
+        match self.waiting.front() {
+            Some(w) if w.end <= self.sent => {}
+            _ => return,
+        }
+        let mut lane = pipe::lock(lane);
+        let done = lane.pos();
+        while self.waiting.front().is_some_and(|w| w.end <= done) {
+            let w = self.waiting.pop_front().expect("front exists");
+            claim(
+                &mut lane.pending,
+                w.start,
+                w.end,
+                &w.path,
+                out,
+                Some(w.order),
+            );
+        }
     }
 
     /// Ends the stream: what no member claimed belongs to the stream's own path.
     pub(crate) fn finish(&mut self, path: &str, size: Option<u64>, out: &mut Collected) {
-        self.resolve(0, u64::MAX, path, out);
-        if self.run.over_budget {
+        self.catch_up();
+        self.settle(out);
+        let over = match &mut self.at {
+            LaneAt::Here(lane) => {
+                claim(&mut lane.pending, 0, u64::MAX, path, out, None);
+                lane.over_budget()
+            }
+            LaneAt::Piped(lane, _) => {
+                let mut lane = pipe::lock(lane);
+                debug_assert!(self.waiting.is_empty(), "the matcher has every byte");
+                claim(&mut lane.pending, 0, u64::MAX, path, out, None);
+                lane.over_budget()
+            }
+        };
+        if over {
             out.unreadable(path, "limit:confirmations".into(), size);
         }
     }
+}
+
+/// Attributes every hit of `pending` inside `[start, end)` to `path`, at `order` in the
+/// reading order (now when `None`).
+fn claim(
+    pending: &mut Vec<RunHit>,
+    start: u64,
+    end: u64,
+    path: &str,
+    out: &mut Collected,
+    order: Option<u64>,
+) {
+    if pending.is_empty() {
+        return;
+    }
+    pending.retain(|h| {
+        if h.start >= start && h.end <= end {
+            let order = order.unwrap_or_else(|| out.ticket());
+            out.find_at(path, h.entry, false, order);
+            false
+        } else {
+            true
+        }
+    });
 }
 
 /// Feeds every byte read through it to a space's run matcher.
@@ -378,6 +510,8 @@ pub(crate) struct Scan<'a> {
     pub budget: Rc<MemBudget>,
     /// The zlib probe's decoder and output buffer, made once per scan.
     pub probe: Option<(flate2::Decompress, Vec<u8>)>,
+    /// The matcher thread, for scans big enough to gain from one.
+    pipe: Option<Rc<Pipe>>,
 }
 
 pub(crate) fn drain(r: &mut dyn Read) -> io::Result<u64> {
@@ -412,7 +546,26 @@ impl<'a> Scan<'a> {
             raw: Rc::new(Cell::new(0)),
             budget: MemBudget::new(limits.max_decoder_memory),
             probe: None,
+            pipe: None,
         }
+    }
+
+    /// A scan whose run matching runs on a thread of its own (inline when the set has no run
+    /// entries, when [`Limits::match_thread`] is off, or when the thread cannot be started).
+    pub(crate) fn piped(set: &'a WithheldSet, limits: &'a Limits) -> Scan<'a> {
+        let mut scan = Scan::new(set, limits);
+        if limits.match_thread && !set.runs.is_empty() {
+            scan.pipe = Pipe::start(Arc::clone(&set.runs)).ok().map(Rc::new);
+        }
+        scan
+    }
+
+    /// A new decoded stream of this scan.
+    pub(crate) fn space(&self) -> RefCell<Space> {
+        RefCell::new(match &self.pipe {
+            Some(pipe) => Space::piped(pipe, self.limits),
+            None => Space::new(self.set, self.limits),
+        })
     }
 
     /// Wraps a decoder's output in the decoded-size limits, tagged with `origin`.
@@ -705,7 +858,7 @@ impl<'a> Scan<'a> {
         node: &Node<'_>,
     ) -> io::Result<bool> {
         self.out.streams += 1;
-        let child_space = RefCell::new(Space::new(self.set, self.limits));
+        let child_space = self.space();
         let result = {
             let mut tee = Tee {
                 inner: self.limited(dec, id, codec, encoded, node.top),
@@ -850,6 +1003,7 @@ pub fn scan_file_bytes(name: &str, bytes: &[u8], set: &WithheldSet, limits: &Lim
             .unreadable(name, format!("format:internal-{}", e.kind()), Some(size));
     }
     let entries = set.entries();
+    scan.out = std::mem::take(&mut scan.out).in_order();
     FileScan {
         findings: scan
             .out

@@ -398,3 +398,90 @@ fn a_compressed_docker_save_is_read_and_reports_never_hold_the_value() {
         .iter()
         .any(|r| r["level"] == "error" && r["ruleId"] == "unreadable"));
 }
+
+/// Matching on the scan's own thread (a saved archive file) finds exactly what matching
+/// inline (the same archive in memory) finds, attributed to the same paths in the same order:
+/// many small members ending while the matcher still lags, values across the matcher's
+/// 64 KiB staging boundaries, halves of a value in two adjacent members (a tar header lies
+/// between them: not a find), nested compressed streams and a zip, in plain and gzip layers.
+#[test]
+fn threaded_matching_finds_what_inline_matching_finds() {
+    let mut small = Vec::new();
+    for i in 0..400u64 {
+        let mut d = noise(600 + (i as usize * 37) % 900, 100 + i);
+        if i % 7 == 0 {
+            let at = (i as usize * 13) % (d.len() - CANARY.len());
+            d[at..at + CANARY.len()].copy_from_slice(CANARY);
+        }
+        small.push((format!("s/{i:04}.bin"), d));
+    }
+    // Halves of a value in two adjacent members: neither holds it whole.
+    let mut left = noise(1536 - 20, 7);
+    left.extend_from_slice(&CANARY[..20]);
+    let mut right = CANARY[20..].to_vec();
+    right.extend(noise(300, 8));
+    // One large file with the value around every 64 KiB boundary of the first 1 MiB.
+    let mut big = noise(3 << 20, 9);
+    for k in 1..16usize {
+        let at = k * 65_536 - 7 - k;
+        big[at..at + CANARY.len()].copy_from_slice(CANARY);
+    }
+    let mut nested = noise(200_000, 10);
+    nested[150_000..150_000 + CANARY.len()].copy_from_slice(CANARY);
+    let inner_tar = tar_of(&[T::File("deep/x.bin", nested.clone())]);
+    let mut entries: Vec<T<'_>> = small
+        .iter()
+        .map(|(n, d)| T::File(n.as_str(), d.clone()))
+        .collect();
+    entries.push(T::File("split/a", left));
+    entries.push(T::File("split/b", right));
+    entries.push(T::File("big/blob", big));
+    entries.push(T::File("nested/x.tar.gz", gzip(&inner_tar)));
+    entries.push(T::File("nested/x.zst", zstd(&nested)));
+    entries.push(T::File(
+        "lib/app.jar",
+        zip_of(&[Z::stored("a", &nested), Z::deflated("b", &nested)]),
+    ));
+    entries.push(T::File("answers.txt", answers()));
+    let layer1 = tar_of(&entries);
+    let layer2 = tar_of(&[T::File("again/blob", noise(70_000, 12))]);
+    let set = refuse_set();
+    let lim = Limits::default();
+    let dir = tempfile::tempdir().unwrap();
+    // As saved (plain layers), then as a registry serves them (gzip layers: every member of
+    // a layer lives in the layer's own decoded stream).
+    for (how, layers) in [
+        ("plain layers", vec![layer1.clone(), layer2.clone()]),
+        ("gzip layers", vec![gzip(&layer1), gzip(&layer2)]),
+    ] {
+        let (archive, _) = docker_save("x:1", &layers, "threaded");
+        let path = dir.path().join("image.tar");
+        std::fs::write(&path, &archive).unwrap();
+        let threaded = scan_archive(&path, &set, &KnownImages::empty(), &lim).unwrap();
+        let inline = scan_archive_bytes(&archive, &set, &KnownImages::empty(), &lim).unwrap();
+        let finds = |r: &[plimsoll_withheld::ScanReport]| -> Vec<String> {
+            r[0].findings
+                .iter()
+                .map(|f| format!("{} {} {}", f.layer, f.path, f.entry_id))
+                .collect()
+        };
+        let (t, i) = (finds(&threaded), finds(&inline));
+        // 58 small files, the big blob, the file inside the .tar.gz, the .tar.gz and the .zst
+        // themselves (noise is stored, not compressed, so the value shows in their raw bytes
+        // too), 2 zip members and the answer key; with gzip layers the layer blob itself as
+        // well (its stored blocks show the values of the files inside).
+        let want = if how == "plain layers" { 65 } else { 66 };
+        assert_eq!(i.len(), want, "{how}: inline findings: {i:#?}");
+        assert_eq!(t, i, "{how}: threaded and inline findings differ");
+        assert!(
+            i.iter().any(|f| f.contains(" big/blob canary-1"))
+                && !i.iter().any(|f| f.contains("split/")),
+            "{how}: {i:#?}"
+        );
+        assert_eq!(
+            format!("{:?}", threaded[0].unreadable),
+            format!("{:?}", inline[0].unreadable),
+            "{how}"
+        );
+    }
+}

@@ -2,17 +2,24 @@
 //!
 //! It generates incompressible (from /dev/urandom) and compressible (text) files, plants
 //! withheld values in a few (one inside a gzip file), builds a `docker save` archive by hand
-//! (no registry, no pulls), `docker load`s it, and measures in one run:
-//! - the baseline: `plimsoll-withheld stream-baseline IMAGE` streams the engine's export and
-//!   decompresses its layers and reads every tar entry, without matching;
-//! - the scan: `plimsoll-withheld scan-image -set SET IMAGE` (the ratio to the baseline,
-//!   target at most 1.3x), and its peak RSS (VmHWM of the child, sampled from /proc every
-//!   10 ms; target at most 64 MiB);
-//! - the scan of the saved archive file (no engine);
-//! - as a peer figure, `detect-secrets scan --all-files` on the same files, extracted.
+//! (no registry, no pulls) and a second one of the same image with gzip layers, `docker
+//! load`s the first, and measures in one run three like-for-like cases, each from one source:
+//! the engine's export (`scan-image IMAGE`), the saved archive file and the gzip-layer archive
+//! file (`scan-image docker-archive:PATH`). Each case takes its baseline from the same source:
+//! `plimsoll-withheld stream-baseline` streams it, decompresses its layers and reads every tar
+//! entry, without matching. Each case times the scan two ways: with matching on its own thread
+//! (what ships; the ratio to the baseline has the target of at most 1.3x) and inline on the
+//! reading thread (`-match-inline`, hidden), so the page shows what the thread saves; both
+//! must find the same values. Peak RSS is the child's VmHWM sampled from /proc every 10 ms
+//! (target at most 64 MiB). Then:
+//! - the matcher's per-byte cost in memory against a plain SHA-256 of the same bytes
+//!   (`plimsoll-withheld match-rate`, hidden);
+//! - as peer figures, `detect-secrets scan --all-files` and `ripsecrets` on the same files,
+//!   extracted (they hunt for secret-looking strings; plimsoll matches exact withheld values).
 //!
-//! Rounds alternate baseline and scan after a warm-up export, and the best of each is kept.
-//! Everything it creates (files, archive, image) is removed at the end unless `--keep`.
+//! Rounds take baseline, threaded scan and inline scan in turns after a warm-up export, and
+//! the best of each is kept. Everything it creates (files, archives, image) is removed at the
+//! end unless `--keep`.
 //!
 //! Then the hostile inputs (no engine needed; `--hostile-only` runs just these): `docker save`
 //! archives built here whose layer holds one hostile file each, scanned as
@@ -44,7 +51,7 @@ usage: cargo xtask bench scan [--size-mib N] [--rounds N] [--no-build] [--keep]
   --rounds N     baseline/scan pairs after the warm-up (default 2)
   --no-build     use target/release/plimsoll-withheld as it is
   --keep         keep the generated files, archive and image
-  --no-peer      skip the detect-secrets peer figure (it takes minutes per GiB)
+  --no-peer      skip the detect-secrets and ripsecrets peer figures (minutes per GiB)
   --hostile-only only the hostile inputs (no engine, no 1 GiB image)
   --bin PATH     scan with this plimsoll-withheld binary (implies --no-build)";
 
@@ -189,6 +196,8 @@ fn text_block(seed: u64, len: usize) -> Vec<u8> {
 struct Generated {
     files_dir: PathBuf,
     archive: PathBuf,
+    /// The same image with gzip-compressed layer blobs (not loaded into the engine).
+    archive_gz: PathBuf,
     set: PathBuf,
     tag: String,
     bytes: u64,
@@ -281,29 +290,25 @@ fn generate(work: &Path, size_mib: u64, bin: &Path) -> anyhow::Result<Generated>
         "config": { "Labels": { "io.plimsoll.bench": tag } },
         "rootfs": { "type": "layers", "diff_ids": diff_ids },
     }))?;
-    let config_hex = sha256_bytes(work, &config)?;
-    let archive = work.join("image.tar");
-    {
-        let mut w = BufWriter::with_capacity(1 << 20, File::create(&archive)?);
-        let mut layers = Vec::new();
-        for (lp, d) in layer_paths.iter().zip(&diff_ids) {
-            let name = format!("{}/layer.tar", &d["sha256:".len()..]);
-            tar_append(&mut w, &name, lp)?;
-            layers.push(name);
-        }
-        let cfg = work.join("config.json");
-        std::fs::write(&cfg, &config)?;
-        tar_append(&mut w, &format!("{config_hex}.json"), &cfg)?;
-        let manifest = work.join("manifest.json");
-        std::fs::write(
-            &manifest,
-            serde_json::to_vec(&serde_json::json!([{
-                "Config": format!("{config_hex}.json"), "RepoTags": [tag], "Layers": layers,
-            }]))?,
-        )?;
-        tar_append(&mut w, "manifest.json", &manifest)?;
-        w.write_all(&[0u8; 1024])?;
-        w.flush()?;
+    let archive = write_save(work, "image.tar", &layer_paths, &diff_ids, &config, &tag)?;
+    // The same image with gzip layers (as a registry serves them), for the saved-archive
+    // comparison where decompression and matching both cost CPU.
+    eprintln!("bench: gzip -1 of the layers");
+    let mut gz_paths = Vec::new();
+    for lp in &layer_paths {
+        let gz = lp.with_extension("tar.gz");
+        let out = File::create(&gz)?;
+        let st = Command::new("gzip")
+            .args(["-1", "-c"])
+            .arg(lp)
+            .stdout(out)
+            .status()?;
+        ensure!(st.success(), "gzip of {} failed", lp.display());
+        gz_paths.push(gz);
+    }
+    let archive_gz = write_save(work, "image-gz.tar", &gz_paths, &diff_ids, &config, &tag)?;
+    for gz in &gz_paths {
+        std::fs::remove_file(gz)?;
     }
     for lp in &layer_paths {
         std::fs::remove_file(lp)?;
@@ -311,10 +316,46 @@ fn generate(work: &Path, size_mib: u64, bin: &Path) -> anyhow::Result<Generated>
     Ok(Generated {
         files_dir,
         archive,
+        archive_gz,
         set,
         tag,
         bytes: written,
     })
+}
+
+/// Writes a `docker save` archive named `name` holding `layers` (blobs as they are) and the
+/// config, tagged `tag`.
+fn write_save(
+    work: &Path,
+    name: &str,
+    layers: &[PathBuf],
+    diff_ids: &[String],
+    config: &[u8],
+    tag: &str,
+) -> anyhow::Result<PathBuf> {
+    let config_hex = sha256_bytes(work, config)?;
+    let archive = work.join(name);
+    let mut w = BufWriter::with_capacity(1 << 20, File::create(&archive)?);
+    let mut names = Vec::new();
+    for (lp, d) in layers.iter().zip(diff_ids) {
+        let member = format!("{}/layer.tar", &d["sha256:".len()..]);
+        tar_append(&mut w, &member, lp)?;
+        names.push(member);
+    }
+    let cfg = work.join("config.json");
+    std::fs::write(&cfg, config)?;
+    tar_append(&mut w, &format!("{config_hex}.json"), &cfg)?;
+    let manifest = work.join("manifest.json");
+    std::fs::write(
+        &manifest,
+        serde_json::to_vec(&serde_json::json!([{
+            "Config": format!("{config_hex}.json"), "RepoTags": [tag], "Layers": names,
+        }]))?,
+    )?;
+    tar_append(&mut w, "manifest.json", &manifest)?;
+    w.write_all(&[0u8; 1024])?;
+    w.flush()?;
+    Ok(archive)
 }
 
 struct Measure {
@@ -353,12 +394,6 @@ fn measure_within(cmd: &mut Command, limit: Option<Duration>) -> anyhow::Result<
     })
 }
 
-fn best(ms: &[Measure]) -> &Measure {
-    ms.iter()
-        .min_by_key(|m| m.wall)
-        .expect("at least one round")
-}
-
 fn mib_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / (1 << 20) as f64 / d.as_secs_f64()
 }
@@ -393,109 +428,208 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
     result
 }
 
-fn measure_all(o: &Options, bin: &Path, g: &Generated, archive_size: u64) -> anyhow::Result<()> {
-    let baseline = |_: ()| measure(Command::new(bin).args(["stream-baseline", &g.tag]));
-    let scan = |_: ()| {
-        measure(
-            Command::new(bin)
-                .args(["scan-image", "-set"])
-                .arg(&g.set)
-                .args(["-format", "json", &g.tag]),
-        )
+/// One like-for-like comparison: the baseline and both ways of scanning, from one source.
+struct Case {
+    name: &'static str,
+    baseline: Measure,
+    threaded: Measure,
+    inline: Measure,
+}
+
+/// Measures `target` (an engine image or `docker-archive:PATH`) in turns, best of `rounds`.
+fn case(
+    o: &Options,
+    bin: &Path,
+    set: &Path,
+    name: &'static str,
+    target: &str,
+) -> anyhow::Result<Case> {
+    let baseline = || measure(Command::new(bin).args(["stream-baseline", target]));
+    let scan = |inline: bool| {
+        let mut cmd = Command::new(bin);
+        cmd.args(["scan-image", "-set"])
+            .arg(set)
+            .args(["-format", "json"]);
+        if inline {
+            cmd.arg("-match-inline");
+        }
+        measure(cmd.arg(target))
     };
+    let (mut bs, mut ts, mut is) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..o.rounds {
+        eprintln!("bench: {name}, round {} of {}", r + 1, o.rounds);
+        bs.push(baseline()?);
+        ts.push(scan(false)?);
+        is.push(scan(true)?);
+    }
+    let pick = |v: Vec<Measure>| v.into_iter().min_by_key(|m| m.wall).expect("a round");
+    let c = Case {
+        name,
+        baseline: pick(bs),
+        threaded: pick(ts),
+        inline: pick(is),
+    };
+    ensure!(
+        c.baseline.code == 0,
+        "{name}: stream-baseline failed (exit {})",
+        c.baseline.code
+    );
+    for (how, m) in [("threaded", &c.threaded), ("inline", &c.inline)] {
+        ensure!(
+            m.code == 1,
+            "{name}: the {how} scan should refuse (planted canaries), exit {}",
+            m.code
+        );
+    }
+    ensure!(
+        finding_ids(&c.threaded)? == finding_ids(&c.inline)?,
+        "{name}: the threaded and inline scans found different things"
+    );
+    Ok(c)
+}
+
+/// The entry IDs of a JSON scan report's findings, in order.
+fn finding_ids(m: &Measure) -> anyhow::Result<Vec<String>> {
+    let report: serde_json::Value = serde_json::from_str(&m.stdout).context("scan JSON")?;
+    Ok(report["images"][0]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["entry_id"].as_str().map(str::to_owned))
+        .collect())
+}
+
+fn measure_all(o: &Options, bin: &Path, g: &Generated, archive_size: u64) -> anyhow::Result<()> {
     eprintln!("bench: warm-up export");
-    let warm = baseline(())?;
+    let warm = measure(Command::new(bin).args(["stream-baseline", &g.tag]))?;
     ensure!(
         warm.code == 0,
         "stream-baseline failed (exit {})",
         warm.code
     );
-    let mut bs = Vec::new();
-    let mut ss = Vec::new();
-    for r in 0..o.rounds {
-        eprintln!("bench: round {} of {}", r + 1, o.rounds);
-        bs.push(baseline(())?);
-        ss.push(scan(())?);
-    }
-    let s = best(&ss);
-    ensure!(
-        s.code == 1,
-        "the scan should refuse (planted canaries), exit {}",
-        s.code
-    );
-    let report: serde_json::Value = serde_json::from_str(&s.stdout).context("scan JSON")?;
-    let finds = report["images"][0]["findings"]
-        .as_array()
-        .map(Vec::len)
-        .unwrap_or(0);
-    let ids: Vec<String> = report["images"][0]["findings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f["entry_id"].as_str().map(str::to_owned))
-        .collect();
+    let plain = format!("docker-archive:{}", g.archive.display());
+    let gz = format!("docker-archive:{}", g.archive_gz.display());
+    let cases = [
+        case(o, bin, &g.set, "engine export", &g.tag)?,
+        case(o, bin, &g.set, "saved archive", &plain)?,
+        case(o, bin, &g.set, "saved archive, gzip layers", &gz)?,
+    ];
+    let ids = finding_ids(&cases[0].threaded)?;
     ensure!(
         ids.iter().any(|i| i == "canary-a")
             && ids.iter().any(|i| i == "canary-b")
             && ids.iter().any(|i| i == "answer-file"),
         "the scan missed a planted value: {ids:?}"
     );
-    let b = best(&bs);
-    eprintln!("bench: scan of the saved archive file");
-    let file_scan = measure(
-        Command::new(bin)
-            .args(["scan-image", "-set"])
-            .arg(&g.set)
-            .args(["-format", "json"])
-            .arg(format!("docker-archive:{}", g.archive.display())),
-    )?;
-    let ds = if o.peer {
+    eprintln!("bench: matcher against SHA-256, in memory");
+    let rates = sh(Command::new(bin)
+        .args(["match-rate", "-set"])
+        .arg(&g.set)
+        .args(["-mib", "512"]))?;
+    let rates: serde_json::Value = serde_json::from_str(rates.trim()).context("match-rate")?;
+    let peers = if o.peer {
         eprintln!("bench: detect-secrets on the extracted files");
-        detect_secrets(&g.files_dir)
+        let ds = detect_secrets(&g.files_dir);
+        eprintln!("bench: ripsecrets on the extracted files");
+        let rs = ripsecrets(&g.files_dir);
+        vec![ds, rs]
     } else {
-        Err(anyhow::anyhow!("skipped (--no-peer)"))
+        vec![
+            Err(anyhow::anyhow!("skipped (--no-peer)")),
+            Err(anyhow::anyhow!("skipped (--no-peer)")),
+        ]
     };
 
-    let ratio = s.wall.as_secs_f64() / b.wall.as_secs_f64();
     println!(
-        "ship scan benchmark: {} MiB of files ({} MiB export), {} rounds, best of each",
+        "ship scan benchmark: {} MiB of files ({} MiB export; gzip layers {} MiB), {} rounds, best of each; MiB/s of the export's size",
         g.bytes >> 20,
         archive_size >> 20,
+        std::fs::metadata(&g.archive_gz)?.len() >> 20,
         o.rounds
     );
     println!(
-        "{:<48} {:>10} {:>10} {:>12}",
+        "{:<62} {:>8} {:>8} {:>12}",
         "", "seconds", "MiB/s", "peak RSS MiB"
     );
     let row = |name: &str, m: &Measure| {
         println!(
-            "{:<48} {:>10.2} {:>10.0} {:>12.1}",
+            "{:<62} {:>8.2} {:>8.0} {:>12.1}",
             name,
             m.wall.as_secs_f64(),
             mib_s(archive_size, m.wall),
             m.peak_kib as f64 / 1024.0
         );
     };
-    row("baseline: stream export + decompress, no match", b);
-    row("scan-image (engine export)", s);
-    row("scan-image (saved archive file)", &file_scan);
-    match &ds {
-        Ok(m) => row("detect-secrets scan --all-files (files)", m),
-        Err(e) => println!(
-            "{:<48} not measured: {e}",
-            "detect-secrets scan --all-files (files)"
-        ),
+    for c in &cases {
+        row(
+            &format!("{}: baseline (decompress, no match)", c.name),
+            &c.baseline,
+        );
+        row(
+            &format!("{}: scan-image, matching thread", c.name),
+            &c.threaded,
+        );
+        row(
+            &format!("{}: scan-image, inline (-match-inline)", c.name),
+            &c.inline,
+        );
+    }
+    let peer_names = [
+        "detect-secrets scan --all-files (extracted files)",
+        "ripsecrets (extracted files)",
+    ];
+    for (name, m) in peer_names.iter().zip(&peers) {
+        match m {
+            Ok(m) if m.code == -1 => println!(
+                "{name:<62} killed after {} s unfinished: under {:.1} MiB/s",
+                PEER_LIMIT.as_secs(),
+                mib_s(archive_size, PEER_LIMIT)
+            ),
+            Ok(m) => row(name, m),
+            Err(e) => println!("{name:<62} not measured: {e}"),
+        }
     }
     println!(
-        "scan/baseline time ratio: {ratio:.2}x (target <= 1.3x): {}",
-        if ratio <= 1.3 { "met" } else { "NOT met" }
+        "what each does: scan-image decodes every layer, archive and compressed file and matches \
+         the exact withheld values (runs of bytes and whole files, by digest); detect-secrets and \
+         ripsecrets read the extracted files as they lie and hunt for strings that look like \
+         secrets (patterns, entropy), which neither needs nor uses the withheld values"
     );
-    let peak_mib = s.peak_kib as f64 / 1024.0;
+    let secs = |m: &Measure| m.wall.as_secs_f64();
+    for c in &cases {
+        let ratio = secs(&c.threaded) / secs(&c.baseline);
+        println!(
+            "{}: scan/baseline {ratio:.2}x (target <= 1.3x): {}; inline {:.2}x; the matching thread saves {:.0}%",
+            c.name,
+            if ratio <= 1.3 { "met" } else { "NOT met" },
+            secs(&c.inline) / secs(&c.baseline),
+            100.0 * (1.0 - secs(&c.threaded) / secs(&c.inline))
+        );
+    }
+    let (m_rate, s_rate) = (
+        rates["match_mib_s"].as_f64().unwrap_or(0.0),
+        rates["sha256_mib_s"].as_f64().unwrap_or(0.0),
+    );
     println!(
-        "scan peak RSS: {peak_mib:.1} MiB (target <= 64 MiB): {}",
+        "matcher per byte, in memory on 512 MiB of random bytes with this set: {m_rate:.0} MiB/s \
+         against a plain SHA-256 of the same bytes {s_rate:.0} MiB/s ({:.2}x SHA-256's time)",
+        s_rate / m_rate.max(1e-9)
+    );
+    let peak_kib = cases
+        .iter()
+        .flat_map(|c| [c.threaded.peak_kib, c.inline.peak_kib])
+        .max()
+        .unwrap_or(0);
+    let peak_mib = peak_kib as f64 / 1024.0;
+    println!(
+        "scan peak RSS, every scan above: {peak_mib:.1} MiB (target <= 64 MiB): {}",
         if peak_mib <= 64.0 { "met" } else { "NOT met" }
     );
-    println!("findings in the scan: {finds} ({})", ids.join(", "));
+    println!(
+        "findings in the engine scan: {} ({})",
+        ids.len(),
+        ids.join(", ")
+    );
     Ok(())
 }
 
@@ -516,26 +650,15 @@ fn save_archive(work: &Path, label: &str, files: &[(&str, PathBuf)]) -> anyhow::
         "config": { "Labels": { "io.plimsoll.bench": label } },
         "rootfs": { "type": "layers", "diff_ids": [diff] },
     }))?;
-    let config_hex = sha256_bytes(work, &config)?;
-    let archive = work.join(format!("{label}.tar"));
-    let mut w = BufWriter::with_capacity(1 << 20, File::create(&archive)?);
-    let layer_name = format!("{}/layer.tar", &diff["sha256:".len()..]);
-    tar_append(&mut w, &layer_name, &lp)?;
-    let cfg = work.join(format!("{label}.config.json"));
-    std::fs::write(&cfg, &config)?;
-    tar_append(&mut w, &format!("{config_hex}.json"), &cfg)?;
-    let manifest = work.join(format!("{label}.manifest.json"));
-    std::fs::write(
-        &manifest,
-        serde_json::to_vec(&serde_json::json!([{
-            "Config": format!("{config_hex}.json"), "RepoTags": [format!("plimsoll-bench-hostile:{label}")],
-            "Layers": [layer_name],
-        }]))?,
+    let tag = format!("plimsoll-bench-hostile:{label}");
+    let archive = write_save(
+        work,
+        &format!("{label}.tar"),
+        std::slice::from_ref(&lp),
+        &[diff],
+        &config,
+        &tag,
     )?;
-    tar_append(&mut w, "manifest.json", &manifest)?;
-    w.write_all(&[0u8; 1024])?;
-    w.flush()?;
-    drop(w);
     std::fs::remove_file(&lp)?;
     Ok(archive)
 }
@@ -722,18 +845,42 @@ fn hostile(bin: &Path, keep: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The longest a peer scanner may run; one still running then is killed and reported so.
+const PEER_LIMIT: Duration = Duration::from_secs(600);
+
+/// `ripsecrets` (a Rust secret scanner; `cargo install ripsecrets`) over the extracted files.
+fn ripsecrets(files: &Path) -> anyhow::Result<Measure> {
+    let probe = Command::new("ripsecrets").arg("--version").output();
+    ensure!(
+        probe.map(|o| o.status.success()).unwrap_or(false),
+        "ripsecrets is not installed (cargo install ripsecrets)"
+    );
+    let m = measure_within(
+        Command::new("ripsecrets").arg(".").current_dir(files),
+        Some(PEER_LIMIT),
+    )?;
+    // 0: nothing found, 1: secrets found, -1: killed at the limit; anything else fails.
+    ensure!(matches!(m.code, -1..=1), "ripsecrets exited {}", m.code);
+    Ok(m)
+}
+
 fn detect_secrets(files: &Path) -> anyhow::Result<Measure> {
     let probe = Command::new("detect-secrets").arg("--version").output();
     ensure!(
         probe.map(|o| o.status.success()).unwrap_or(false),
         "detect-secrets is not installed (pip install detect-secrets)"
     );
-    let m = measure(
+    let m = measure_within(
         Command::new("detect-secrets")
             .args(["scan", "--all-files"])
             .current_dir(files),
+        Some(PEER_LIMIT),
     )?;
-    ensure!(m.code == 0, "detect-secrets exited {}", m.code);
+    ensure!(
+        m.code == 0 || m.code == -1,
+        "detect-secrets exited {}",
+        m.code
+    );
     Ok(m)
 }
 

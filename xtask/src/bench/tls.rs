@@ -2,7 +2,10 @@
 //! against named baselines measured in the same run:
 //!
 //! 1. median round trip of a trivial sandboxd call (`Health`), direct in plaintext against
-//!    through the terminator (target ≤ 1.15×);
+//!    through the terminator (target ≤ 1.15×); and, so the figure can be set beside the
+//!    tool operators would otherwise use, a small-message ping-pong to a plain TCP sink three
+//!    ways in the same run: plain TCP, through the terminator, and through stunnel4 with the
+//!    same certificate (stunnel offers no ALPN, so gRPC cannot run through it);
 //! 2. bulk throughput through the terminator against stunnel4 set up for TLS 1.3 with the
 //!    same certificate, both carrying the same bytes to the same plain TCP sink (target
 //!    ≥ 1.0×);
@@ -40,6 +43,8 @@ const BULK_ROUNDS: usize = 3;
 const HANDSHAKE_SECONDS: u64 = 4;
 const HANDSHAKE_CONCURRENCY: usize = 4;
 const OPEN_CONNECTIONS: usize = 200;
+/// One message of the ping-pong round trip: about a small gRPC call's frames.
+const PING_BYTES: usize = 128;
 
 /// `cargo xtask bench sandboxd-tls [--calls N]`.
 pub fn run(args: &[&str]) -> Result<()> {
@@ -326,6 +331,19 @@ async fn bench(terminator: &Path, sandboxd: &Path, calls: usize) -> Result<()> {
             s_down = s_down.max(bulk(&client_cfg, *s_addr, Direction::Down).await?.0);
         }
     }
+    // (1b) The same small-message round trip three ways, to the same sink: plain TCP, the
+    // terminator and stunnel, each measured in blocks taking turns.
+    let (mut p_direct, mut p_term, mut p_stunnel) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..4 {
+        p_direct.extend(ping_pong(&client_cfg, sink, false, calls / 4).await?);
+        p_term.extend(ping_pong(&client_cfg, term2_addr, true, calls / 4).await?);
+        if let Some((_, s_addr)) = &stunnel {
+            p_stunnel.extend(ping_pong(&client_cfg, *s_addr, true, calls / 4).await?);
+        }
+    }
+    let p_direct = median(p_direct);
+    let p_term = median(p_term);
+    let p_stunnel = (!p_stunnel.is_empty()).then(|| median(p_stunnel));
     let t_hs = handshakes(&client_cfg, term2_addr).await?;
     let s_hs = match &stunnel {
         Some((_, a)) => Some(handshakes(&client_cfg, *a).await?),
@@ -347,6 +365,23 @@ async fn bench(terminator: &Path, sandboxd: &Path, calls: usize) -> Result<()> {
         t_med.as_secs_f64() * 1e6,
         latency_ratio,
         verdict(latency_ratio <= 1.15)
+    );
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!(
+        "(1b) {PING_BYTES}-byte ping-pong to a TCP sink, median of {}: plain TCP {:.1} µs; through the terminator {:.1} µs ({:.2}× plain){}",
+        (calls / 4) * 4,
+        us(p_direct),
+        us(p_term),
+        p_term.as_secs_f64() / p_direct.as_secs_f64(),
+        match p_stunnel {
+            Some(p) => format!(
+                "; through stunnel {:.1} µs ({:.2}× plain); terminator/stunnel {:.2}×",
+                us(p),
+                p.as_secs_f64() / p_direct.as_secs_f64(),
+                p_term.as_secs_f64() / p.as_secs_f64()
+            ),
+            None => "; stunnel4 is NOT installed, no comparison".into(),
+        }
     );
     match s_hs {
         Some(s_hs) => {
@@ -401,7 +436,8 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 /// The sink both proxies forward to. First byte: `U` read to EOF then answer the count
-/// (8 bytes); `D` + 8-byte length: send that many bytes then close; `E`: echo one byte.
+/// (8 bytes); `D` + 8-byte length: send that many bytes then close; `E`: echo one byte;
+/// `P`: echo messages of [`PING_BYTES`] until the client closes.
 async fn start_sink() -> Result<SocketAddr> {
     let l = TcpListener::bind("127.0.0.1:0").await?;
     let addr = l.local_addr()?;
@@ -445,6 +481,15 @@ async fn start_sink() -> Result<SocketAddr> {
                     b'E' => {
                         let _ = s.write_all(b"E").await;
                         let _ = s.shutdown().await;
+                    }
+                    b'P' => {
+                        // Ping-pong: every message of PING_BYTES comes back as it is.
+                        let mut msg = [0u8; PING_BYTES];
+                        while s.read_exact(&mut msg).await.is_ok() {
+                            if s.write_all(&msg).await.is_err() {
+                                return;
+                            }
+                        }
                     }
                     _ => {}
                 }
@@ -573,6 +618,43 @@ async fn bulk(
     }
     Ok((BULK_BYTES as f64 / started.elapsed().as_secs_f64(), suite))
 }
+
+/// Median ping-pong round trip of [`PING_BYTES`] on one connection: `tls` through a proxy,
+/// or `None` for plain TCP straight to the sink. Returns the per-call times.
+async fn ping_pong(
+    cfg: &Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    tls: bool,
+    calls: usize,
+) -> Result<Vec<Duration>> {
+    let mut s: Box<dyn AsyncStream> = if tls {
+        Box::new(connect(cfg, addr).await?)
+    } else {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        Box::new(tcp)
+    };
+    s.write_all(b"P").await?;
+    let msg = [0x42u8; PING_BYTES];
+    let mut back = [0u8; PING_BYTES];
+    let mut times = Vec::with_capacity(calls);
+    for i in 0..calls + 200 {
+        let t = Instant::now();
+        s.write_all(&msg).await?;
+        s.flush().await?;
+        s.read_exact(&mut back).await?;
+        if i >= 200 {
+            times.push(t.elapsed());
+        }
+    }
+    if back != msg {
+        bail!("the sink did not echo the message");
+    }
+    Ok(times)
+}
+
+trait AsyncStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> AsyncStream for T {}
 
 /// Full handshakes per second: connect, handshake, one byte there and back, close.
 async fn handshakes(cfg: &Arc<rustls::ClientConfig>, addr: SocketAddr) -> Result<f64> {
