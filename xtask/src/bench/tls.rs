@@ -333,9 +333,16 @@ async fn bench(terminator: &Path, sandboxd: &Path, calls: usize) -> Result<()> {
     }
     // (1b) The same small-message round trip three ways, to the same sink: plain TCP, the
     // terminator and stunnel, each measured in blocks taking turns.
+    // socat, a plain TCP relay in a process of its own, is the floor of any proxy hop: the
+    // same two extra wake-ups and copies, no TLS.
+    let relay = start_socat(sink).await?;
     let (mut p_direct, mut p_term, mut p_stunnel) = (Vec::new(), Vec::new(), Vec::new());
+    let mut p_relay = Vec::new();
     for _ in 0..4 {
         p_direct.extend(ping_pong(&client_cfg, sink, false, calls / 4).await?);
+        if let Some((_, r_addr)) = &relay {
+            p_relay.extend(ping_pong(&client_cfg, *r_addr, false, calls / 4).await?);
+        }
         p_term.extend(ping_pong(&client_cfg, term2_addr, true, calls / 4).await?);
         if let Some((_, s_addr)) = &stunnel {
             p_stunnel.extend(ping_pong(&client_cfg, *s_addr, true, calls / 4).await?);
@@ -344,6 +351,8 @@ async fn bench(terminator: &Path, sandboxd: &Path, calls: usize) -> Result<()> {
     let p_direct = median(p_direct);
     let p_term = median(p_term);
     let p_stunnel = (!p_stunnel.is_empty()).then(|| median(p_stunnel));
+    let p_relay = (!p_relay.is_empty()).then(|| median(p_relay));
+    drop(relay);
     let t_hs = handshakes(&client_cfg, term2_addr).await?;
     let s_hs = match &stunnel {
         Some((_, a)) => Some(handshakes(&client_cfg, *a).await?),
@@ -383,6 +392,15 @@ async fn bench(terminator: &Path, sandboxd: &Path, calls: usize) -> Result<()> {
             None => "; stunnel4 is NOT installed, no comparison".into(),
         }
     );
+    match p_relay {
+        Some(p) => println!(
+            "     the hop alone, through socat (plain TCP relay, no TLS): {:.1} µs ({:.2}× plain); the terminator's TLS over that hop {:+.1} µs",
+            us(p),
+            p.as_secs_f64() / p_direct.as_secs_f64(),
+            us(p_term) - us(p)
+        ),
+        None => println!("     socat is NOT installed (apt-get install -y socat): the hop alone is not measured"),
+    }
     match s_hs {
         Some(s_hs) => {
             let up_ratio = t_up / s_up;
@@ -535,6 +553,37 @@ async fn start_stunnel(m: &Material, upstream: SocketAddr) -> Result<Option<(Pro
                 "stunnel did not listen on {addr}; log:\n{}",
                 p.log.lock().unwrap_or_else(|e| e.into_inner()).join("\n")
             );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Some((p, addr)))
+}
+
+/// socat relaying 127.0.0.1:PORT to `upstream`, with `TCP_NODELAY` on both legs; `None`
+/// when socat is not installed.
+async fn start_socat(upstream: SocketAddr) -> Result<Option<(Proc, SocketAddr)>> {
+    let installed = Command::new("socat")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !installed {
+        return Ok(None);
+    }
+    let port = free_port();
+    let mut cmd = Command::new("socat");
+    cmd.arg(format!(
+        "TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,nodelay"
+    ))
+    .arg(format!("TCP:{upstream},nodelay"));
+    let p = Proc::spawn(cmd)?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(addr).await.is_err() {
+        if Instant::now() > deadline {
+            bail!("socat did not listen on {addr}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
