@@ -469,12 +469,9 @@ fn main() -> ExitCode {
 
 /// `match-rate`: prints one JSON line with both rates in MiB/s.
 fn match_rate(set: &Path, mib: usize) -> ExitCode {
-    let set = match plimsoll_withheld::WithheldSet::load(set) {
+    let set = match WithheldSet::load(set) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("plimsoll-withheld: {}: {e}", set.display());
-            return ExitCode::from(2);
-        }
+        Err(e) => return usage(format!("--set: {e}")),
     };
     // Random bytes (xorshift; no matches expected), the worst case for nothing but speed.
     let mut data = vec![0u8; mib << 20];

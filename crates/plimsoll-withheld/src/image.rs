@@ -347,9 +347,10 @@ pub(crate) fn scan_dir(
             scan.scan_node(&mut r, &node, &space, 0)
         };
         res.map_err(|e| read_error(e, &path.display().to_string()))?;
-        space
-            .borrow_mut()
-            .resolve_member(0, u64::MAX, &name, &mut scan.out);
+        let mut space = space.borrow_mut();
+        space.resolve_member(0, u64::MAX, &name, &mut scan.out);
+        space.complete(&mut scan.out);
+        drop(space);
         if capture {
             meta.keep(name.clone(), buf);
         }

@@ -104,27 +104,28 @@ fn fine_bit(index: &RunIndex, m: u64) -> bool {
     (word >> (x & 63)) & 1 != 0
 }
 
-/// The prefilter over `chunk` for a set of exactly `N` classes (the common case: a few
-/// distinct lengths), unrolled so every class's mask and salt stay in registers and the
-/// loop takes one branch per byte. Pushes `(offset, class, h)` of every maybe; returns the
-/// rolling value after the chunk.
+/// The prefilter over `chunk`. Called with an array for a set of one to four classes (the
+/// common case: a few distinct lengths), so the class loop is unrolled and every mask and salt
+/// stays in a register, or with a slice for more; the loop takes one branch per byte. Pushes
+/// `(offset, class, h)` of every maybe; returns the rolling value after the chunk.
 #[inline(always)]
-fn probe<const N: usize>(
-    ks: [Class; N],
+fn probe<K: AsRef<[Class]>>(
+    ks: K,
     index: &RunIndex,
     mut h: u64,
     chunk: &[u8],
     cands: &mut Vec<(usize, u32, u64)>,
 ) -> u64 {
+    let ks = ks.as_ref();
     let quick = &*index.quick;
     for (i, &b) in chunk.iter().enumerate() {
         h = (h << 1).wrapping_add(GEAR[b as usize]);
         let mut any = false;
-        for k in &ks {
+        for k in ks {
             any |= quick_bit(quick, mixed(k, h));
         }
         if any {
-            maybe(&ks, index, i, h, cands);
+            maybe(ks, index, i, h, cands);
         }
     }
     h
@@ -140,24 +141,6 @@ fn maybe(ks: &[Class], index: &RunIndex, i: usize, h: u64, cands: &mut Vec<(usiz
             cands.push((i, k.c, h));
         }
     }
-}
-
-/// [`probe`] for any number of classes.
-fn probe_any(
-    ks: &[Class],
-    index: &RunIndex,
-    mut h: u64,
-    chunk: &[u8],
-    cands: &mut Vec<(usize, u32, u64)>,
-) -> u64 {
-    let quick = &*index.quick;
-    for (i, &b) in chunk.iter().enumerate() {
-        h = (h << 1).wrapping_add(GEAR[b as usize]);
-        if ks.iter().any(|k| quick_bit(quick, mixed(k, h))) {
-            maybe(ks, index, i, h, cands);
-        }
-    }
-    h
 }
 
 /// Words of the first-level bitmap: 2^16 bits.
@@ -235,6 +218,22 @@ impl RunIndex {
     }
 }
 
+/// How many bytes the confirmations of one stream may hash: `factor` per byte of the stream
+/// up to the candidate's end, plus `allowance` (`limit:confirmations` beyond it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    pub factor: u64,
+    pub allowance: u64,
+}
+
+impl Budget {
+    fn at(&self, end: u64) -> u64 {
+        self.factor
+            .saturating_mul(end)
+            .saturating_add(self.allowance)
+    }
+}
+
 /// A confirmed run: bytes `[start, end)` of the stream equal a run entry's material.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RunHit {
@@ -280,17 +279,13 @@ impl RunState {
         }
     }
 
-    /// Bytes fed so far.
-    pub(crate) fn pos(&self) -> u64 {
-        self.pos
-    }
-
-    /// Feeds the next bytes of the stream; confirmed runs are pushed onto `hits`.
+    /// Feeds the next bytes of the stream; confirmed runs are pushed onto `hits`. How the
+    /// stream is cut into chunks changes nothing: the budget is judged at each candidate.
     pub(crate) fn feed(
         &mut self,
         index: &RunIndex,
         chunk: &[u8],
-        budget: u64,
+        budget: Budget,
         hits: &mut Vec<RunHit>,
     ) {
         if index.is_empty() || chunk.is_empty() {
@@ -303,7 +298,7 @@ impl RunState {
             [a, b] => probe([*a, *b], index, self.h, chunk, &mut self.cands),
             [a, b, c] => probe([*a, *b, *c], index, self.h, chunk, &mut self.cands),
             [a, b, c, d] => probe([*a, *b, *c, *d], index, self.h, chunk, &mut self.cands),
-            more => probe_any(more, index, self.h, chunk, &mut self.cands),
+            more => probe(more, index, self.h, chunk, &mut self.cands),
         };
         self.h = h;
         if !self.cands.is_empty() && !self.over_budget {
@@ -332,9 +327,12 @@ impl RunState {
         index: &RunIndex,
         chunk: &[u8],
         (i, c, h): (usize, u32, u64),
-        budget: u64,
+        budget: Budget,
         hits: &mut Vec<RunHit>,
     ) {
+        if self.over_budget {
+            return;
+        }
         let key = ((((h & mask_of(c)) ^ salt_of(c)).wrapping_mul(MIX)) >> 40) as u32;
         let Some(list) = index.table.get(&(c, key)) else {
             return;
@@ -359,7 +357,7 @@ impl RunState {
                     continue;
                 }
             }
-            if self.confirmed_bytes > budget {
+            if self.confirmed_bytes > budget.at(end) {
                 self.over_budget = true;
                 return;
             }
@@ -457,7 +455,11 @@ mod tests {
         let mut st = RunState::new(index);
         let mut hits = Vec::new();
         for part in data.chunks(chunk) {
-            st.feed(index, part, u64::MAX, &mut hits);
+            let budget = Budget {
+                factor: u64::MAX,
+                allowance: 0,
+            };
+            st.feed(index, part, budget, &mut hits);
         }
         hits
     }
@@ -549,8 +551,12 @@ mod tests {
         let data = vec![0u8; 100_000];
         let mut st = RunState::new(&ix);
         let mut hits = Vec::new();
-        st.feed(&ix, &data, 0, &mut hits);
-        // Budget 0 allows one confirmation; the memo answers the rest.
+        let none = Budget {
+            factor: 0,
+            allowance: 0,
+        };
+        st.feed(&ix, &data, none, &mut hits);
+        // A budget of 0 allows one confirmation; the memo answers the rest.
         assert_eq!(hits.len(), 100_000 - 63);
         assert!(!st.over_budget);
     }

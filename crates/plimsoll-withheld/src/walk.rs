@@ -13,14 +13,13 @@
 //! itself (the engine stream, the disk) are [`Fatal`] and end the scan.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashMap;
 use std::io::{self, BufReader, Read};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 use crate::limits::{decoder_need, Limits, MemBudget};
-use crate::matcher::RunHit;
-use crate::pipe::{self, Lane, Pipe, SharedLane, STAGE};
+use crate::pipe::{self, Claim, Lane, Pipe, SharedLane, STAGE};
 use crate::set::WithheldSet;
 use crate::sniff::{sniff, Kind, SNIFF_LEN};
 use crate::tag::{ours, own_reason, tagged, Fatal};
@@ -100,7 +99,8 @@ pub(crate) struct Collected {
     pub files: u64,
     pub streams: u64,
     pub omitted: u64,
-    seen: HashSet<(String, usize)>,
+    /// Each (path, entry) found, with its place in `findings`.
+    seen: HashMap<(String, usize), usize>,
     next_order: u64,
 }
 
@@ -119,18 +119,29 @@ impl Collected {
     /// The findings in reading order; call once the scan has ended.
     pub(crate) fn in_order(mut self) -> Collected {
         self.findings.sort_by_key(|f| f.order);
+        self.seen = self
+            .findings
+            .iter()
+            .enumerate()
+            .map(|(i, f)| ((f.path.clone(), f.entry), i))
+            .collect();
         self
     }
 
     fn find_at(&mut self, path: &str, entry: usize, whole_file: bool, order: u64) {
-        if self.seen.contains(&(path.to_owned(), entry)) {
+        let key = (path.to_owned(), entry);
+        if let Some(&at) = self.seen.get(&key) {
+            // Found again: it belongs at the earlier of its places in the reading order (the
+            // matcher thread may report a later place first).
+            let f = &mut self.findings[at];
+            f.order = f.order.min(order);
             return;
         }
         if self.findings.len() >= MAX_FINDINGS {
             self.omitted += 1;
             return;
         }
-        self.seen.insert((path.to_owned(), entry));
+        self.seen.insert(key, self.findings.len());
         self.findings.push(RawFinding {
             path: path.to_owned(),
             entry,
@@ -165,40 +176,27 @@ impl Collected {
 /// ([`crate::pipe`]).
 pub(crate) struct Space {
     at: LaneAt,
-    /// Member ranges that ended before the matcher reached their end, in the order they
-    /// ended (inner members first); each is attributed once the matcher has passed its end.
-    waiting: VecDeque<Waiting>,
     /// Bytes read but not yet handed to the matcher.
     stage: Vec<u8>,
-    /// Bytes handed to the matcher so far.
-    sent: u64,
-}
-
-/// A member range that ended before the matcher reached its end.
-struct Waiting {
-    start: u64,
-    end: u64,
-    path: String,
-    /// Its place in the reading order (when it ended).
-    order: u64,
+    /// Members that ended inside the staged bytes, at the offset where reading stood.
+    claims: Vec<Claim>,
 }
 
 enum LaneAt {
-    Here(Lane),
+    Here(Box<Lane>),
     Piped(SharedLane, Rc<Pipe>),
 }
 
-/// Most member ranges one stream lets wait for the matcher before it waits for it.
-const MAX_WAITING: usize = 4096;
+/// Most members one staged chunk carries before it is sent early.
+const MAX_CLAIMS: usize = 1024;
 
 impl Space {
     /// A space matched inline, on the reading thread.
     pub(crate) fn new(set: &WithheldSet, limits: &Limits) -> Space {
         Space {
-            at: LaneAt::Here(Lane::new(&set.runs, limits.max_confirm_factor)),
-            waiting: VecDeque::new(),
+            at: LaneAt::Here(Box::new(Lane::new(&set.runs, limits.max_confirm_factor))),
             stage: Vec::new(),
-            sent: 0,
+            claims: Vec::new(),
         }
     }
 
@@ -206,9 +204,8 @@ impl Space {
         let lane = Lane::new(pipe.index(), limits.max_confirm_factor);
         Space {
             at: LaneAt::Piped(Arc::new(Mutex::new(lane)), Rc::clone(pipe)),
-            waiting: VecDeque::new(),
             stage: pipe.buffer(),
-            sent: 0,
+            claims: Vec::new(),
         }
     }
 
@@ -229,13 +226,12 @@ impl Space {
         }
     }
 
-    /// Hands the staged bytes to the matcher.
+    /// Hands the staged bytes and the members that ended in them to the matcher.
     fn flush(&mut self) {
         if let LaneAt::Piped(lane, pipe) = &self.at {
-            if !self.stage.is_empty() {
+            if !self.stage.is_empty() || !self.claims.is_empty() {
                 let buf = std::mem::replace(&mut self.stage, pipe.buffer());
-                self.sent += buf.len() as u64;
-                pipe.send(lane, buf);
+                pipe.send(lane, buf, std::mem::take(&mut self.claims));
             }
         }
     }
@@ -251,72 +247,68 @@ impl Space {
     }
 
     /// Attributes every pending hit inside `[start, end)` to `path`: now when matching is
-    /// inline, or once the matcher has passed `end`.
+    /// inline; on the matcher thread, at this very point of the stream, otherwise.
     fn resolve(&mut self, start: u64, end: u64, path: &str, out: &mut Collected) {
         match &mut self.at {
-            LaneAt::Here(lane) => claim(&mut lane.pending, start, end, path, out, None),
+            LaneAt::Here(lane) => claim(lane, start, end, path, out),
             LaneAt::Piped(..) => {
                 let order = out.ticket();
-                self.waiting.push_back(Waiting {
+                self.claims.push(Claim {
+                    at: self.stage.len(),
                     start,
                     end,
                     path: path.to_owned(),
                     order,
                 });
-                if self.waiting.len() > MAX_WAITING {
-                    self.catch_up();
+                if self.claims.len() >= MAX_CLAIMS {
+                    self.flush();
                 }
-                self.settle(out);
+                self.collect(out, false);
             }
         }
     }
 
-    /// Waits until the matcher has done every byte read so far.
-    fn catch_up(&mut self) {
-        self.flush();
-        if let LaneAt::Piped(_, pipe) = &self.at {
-            pipe.sync();
-        }
-    }
-
-    /// Attributes the waiting ranges the matcher has passed, in the order they ended.
-    fn settle(&mut self, out: &mut Collected) {
+    /// Moves what the matcher claimed into `out`; without `wait`, only when the lane's lock
+    /// is free (the matcher holds it while it matches a chunk).
+    fn collect(&mut self, out: &mut Collected, wait: bool) {
         let LaneAt::Piped(lane, _) = &self.at else {
             return;
         };
-        // The matcher cannot be past what it was sent: skip the lock until it could be.
-        match self.waiting.front() {
-            Some(w) if w.end <= self.sent => {}
-            _ => return,
+        let claimed = if wait {
+            std::mem::take(&mut pipe::lock(lane).claimed)
+        } else {
+            match lane.try_lock() {
+                Ok(mut l) => std::mem::take(&mut l.claimed),
+                Err(_) => return,
+            }
+        };
+        for (path, entry, order) in claimed {
+            out.find_at(&path, entry, false, order);
         }
-        let mut lane = pipe::lock(lane);
-        let done = lane.pos();
-        while self.waiting.front().is_some_and(|w| w.end <= done) {
-            let w = self.waiting.pop_front().expect("front exists");
-            claim(
-                &mut lane.pending,
-                w.start,
-                w.end,
-                &w.path,
-                out,
-                Some(w.order),
-            );
+    }
+
+    /// Waits until the matcher has matched and claimed everything read so far, and collects
+    /// its claims (a stream whose members claim all of it ends with this, not `finish`).
+    pub(crate) fn complete(&mut self, out: &mut Collected) {
+        if let LaneAt::Piped(_, pipe) = &self.at {
+            let pipe = Rc::clone(pipe);
+            self.flush();
+            pipe.sync();
+            self.collect(out, true);
         }
     }
 
     /// Ends the stream: what no member claimed belongs to the stream's own path.
     pub(crate) fn finish(&mut self, path: &str, size: Option<u64>, out: &mut Collected) {
-        self.catch_up();
-        self.settle(out);
+        self.complete(out);
         let over = match &mut self.at {
             LaneAt::Here(lane) => {
-                claim(&mut lane.pending, 0, u64::MAX, path, out, None);
+                claim(lane, 0, u64::MAX, path, out);
                 lane.over_budget()
             }
             LaneAt::Piped(lane, _) => {
                 let mut lane = pipe::lock(lane);
-                debug_assert!(self.waiting.is_empty(), "the matcher has every byte");
-                claim(&mut lane.pending, 0, u64::MAX, path, out, None);
+                claim(&mut lane, 0, u64::MAX, path, out);
                 lane.over_budget()
             }
         };
@@ -326,28 +318,9 @@ impl Space {
     }
 }
 
-/// Attributes every hit of `pending` inside `[start, end)` to `path`, at `order` in the
-/// reading order (now when `None`).
-fn claim(
-    pending: &mut Vec<RunHit>,
-    start: u64,
-    end: u64,
-    path: &str,
-    out: &mut Collected,
-    order: Option<u64>,
-) {
-    if pending.is_empty() {
-        return;
-    }
-    pending.retain(|h| {
-        if h.start >= start && h.end <= end {
-            let order = order.unwrap_or_else(|| out.ticket());
-            out.find_at(path, h.entry, false, order);
-            false
-        } else {
-            true
-        }
-    });
+/// Attributes every pending hit of `lane` inside `[start, end)` to `path`, now.
+fn claim(lane: &mut Lane, start: u64, end: u64, path: &str, out: &mut Collected) {
+    lane.take_inside(start, end, |entry| out.find(path, entry, false));
 }
 
 /// Feeds every byte read through it to a space's run matcher.

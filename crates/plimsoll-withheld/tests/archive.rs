@@ -457,14 +457,31 @@ fn threaded_matching_finds_what_inline_matching_finds() {
         let (archive, _) = docker_save("x:1", &layers, "threaded");
         let path = dir.path().join("image.tar");
         std::fs::write(&path, &archive).unwrap();
-        let threaded = scan_archive(&path, &set, &KnownImages::empty(), &lim).unwrap();
-        let inline = scan_archive_bytes(&archive, &set, &KnownImages::empty(), &lim).unwrap();
+        let oci = dir.path().join(format!("oci-{}", how.len()));
+        oci_layout(&oci, &layers, "threaded");
+        let off = Limits {
+            match_thread: false,
+            ..Limits::default()
+        };
+        let no = KnownImages::empty();
+        let threaded = scan_archive(&path, &set, &no, &lim).unwrap();
+        let inline = scan_archive_bytes(&archive, &set, &no, &lim).unwrap();
+        let file_inline = scan_archive(&path, &set, &no, &off).unwrap();
+        let oci_threaded = scan_archive(&oci, &set, &no, &lim).unwrap();
+        let oci_inline = scan_archive(&oci, &set, &no, &off).unwrap();
         let finds = |r: &[plimsoll_withheld::ScanReport]| -> Vec<String> {
             r[0].findings
                 .iter()
                 .map(|f| format!("{} {} {}", f.layer, f.path, f.entry_id))
                 .collect()
         };
+        assert_eq!(finds(&file_inline), finds(&inline), "{how}: file inline");
+        let (ot, oi) = (finds(&oci_threaded), finds(&oci_inline));
+        assert_eq!(
+            ot, oi,
+            "{how}: OCI layout, threaded and inline findings differ"
+        );
+        assert!(oi.len() >= 65, "{how}: OCI layout findings: {oi:#?}");
         let (t, i) = (finds(&threaded), finds(&inline));
         // 58 small files, the big blob, the file inside the .tar.gz, the .tar.gz and the .zst
         // themselves (noise is stored, not compressed, so the value shows in their raw bytes
@@ -484,4 +501,55 @@ fn threaded_matching_finds_what_inline_matching_finds() {
             "{how}"
         );
     }
+}
+
+/// A run of one repeated byte that ends a member, where the next tar header goes on with the
+/// same byte: the matcher merges overlapping confirmed runs, so a member must be claimed at
+/// the point of the stream where it ended, not later. Threaded and inline agree, for the
+/// saved archive file and for an OCI layout.
+#[test]
+fn a_member_ending_in_a_repeated_run_keeps_its_finding_when_threaded() {
+    let a16 = [b'A'; 16];
+    let mut set = WithheldSet::empty();
+    set.add(Entry::run("sixteen-a", Mode::Refuse, &a16[..]).unwrap())
+        .unwrap();
+    let names: Vec<String> = (0..6).map(|i| format!("{}{i}", "A".repeat(40))).collect();
+    let mut entries = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let mut d = noise(512 * (i + 2) - 16, 40 + i as u64);
+        d.extend_from_slice(&a16);
+        entries.push(T::File(n.as_str(), d));
+    }
+    let layer = tar_of(&entries);
+    let (archive, _) = docker_save("x:1", std::slice::from_ref(&layer), "runs");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("image.tar");
+    std::fs::write(&path, &archive).unwrap();
+    let oci = dir.path().join("oci");
+    oci_layout(&oci, &[layer], "runs");
+    let off = Limits {
+        match_thread: false,
+        ..Limits::default()
+    };
+    let no = KnownImages::empty();
+    let finds = |r: Vec<plimsoll_withheld::ScanReport>| -> Vec<String> {
+        r[0].findings
+            .iter()
+            .map(|f| format!("{} {}", f.path, f.entry_id))
+            .collect()
+    };
+    let lim = Limits::default();
+    let inline = finds(scan_archive(&path, &set, &no, &off).unwrap());
+    assert!(
+        names[..5]
+            .iter()
+            .all(|n| inline.contains(&format!("{n} sixteen-a"))),
+        "inline: {inline:#?}"
+    );
+    assert_eq!(finds(scan_archive(&path, &set, &no, &lim).unwrap()), inline);
+    assert_eq!(
+        finds(scan_archive(&oci, &set, &no, &lim).unwrap()),
+        finds(scan_archive(&oci, &set, &no, &off).unwrap()),
+        "OCI layout"
+    );
 }
