@@ -109,10 +109,8 @@ pub async fn scan_engine_image(
         .id
         .ok_or_else(|| ScanError::Engine(format!("image {image_id}: the engine gave no ID")))?;
     let (set2, limits2) = (set.clone(), limits.clone());
-    let export = with_export(docker, &id, move |r| {
-        image::scan_stream(r, &set2, &limits2, true)
-    })
-    .await??;
+    let export =
+        with_export(docker, &id, move |r| image::scan_stream(r, &set2, &limits2)).await??;
     let images = export.images()?;
     let image = images
         .iter()

@@ -104,19 +104,14 @@ fn read_error(e: io::Error, what: &str) -> ScanError {
     }
 }
 
-/// Scans an export stream (`docker save` tar or OCI archive tar, optionally compressed).
-/// `threaded`: run matching on a thread of its own (whole images); inline for small inputs.
+/// Scans an export stream (`docker save` tar or OCI archive tar, optionally compressed),
+/// matching on a thread of its own unless [`Limits::match_thread`] is off.
 pub(crate) fn scan_stream(
     input: impl Read,
     set: &WithheldSet,
     limits: &Limits,
-    threaded: bool,
 ) -> Result<Export, ScanError> {
-    let mut scan = if threaded {
-        Scan::piped(set, limits)
-    } else {
-        Scan::new(set, limits)
-    };
+    let mut scan = Scan::piped(set, limits);
     let root = scan.space();
     let mut meta = Meta {
         limits,

@@ -90,7 +90,7 @@ pub fn scan_archive(
     } else {
         let f = std::fs::File::open(path)
             .map_err(|e| ScanError::Read(format!("{}: {e}", path.display())))?;
-        image::scan_stream(f, set, limits, true)?
+        image::scan_stream(f, set, limits)?
     };
     reports(export, &path.display().to_string(), set, known)
 }
@@ -102,7 +102,12 @@ pub fn scan_archive_bytes(
     known: &KnownImages,
     limits: &Limits,
 ) -> Result<Vec<ScanReport>, ScanError> {
-    let export = image::scan_stream(bytes, set, limits, false)?;
+    // Bytes in memory: a matcher thread would cost more than it saves.
+    let inline = Limits {
+        match_thread: false,
+        ..limits.clone()
+    };
+    let export = image::scan_stream(bytes, set, &inline)?;
     reports(export, "memory", set, known)
 }
 

@@ -116,15 +116,11 @@ impl Collected {
         self.find_at(path, entry, whole_file, order);
     }
 
-    /// The findings in reading order; call once the scan has ended.
+    /// The findings in reading order, to be read, not added to: call once the scan has
+    /// ended (the places `seen` points at no longer hold).
     pub(crate) fn in_order(mut self) -> Collected {
         self.findings.sort_by_key(|f| f.order);
-        self.seen = self
-            .findings
-            .iter()
-            .enumerate()
-            .map(|(i, f)| ((f.path.clone(), f.entry), i))
-            .collect();
+        self.seen.clear();
         self
     }
 

@@ -848,37 +848,49 @@ fn hostile(bin: &Path, keep: bool) -> anyhow::Result<()> {
 /// The longest a peer scanner may run; one still running then is killed and reported so.
 const PEER_LIMIT: Duration = Duration::from_secs(600);
 
-/// `ripsecrets` (a Rust secret scanner; `cargo install ripsecrets`) over the extracted files.
+/// `ripsecrets` (a Rust secret scanner; `cargo install ripsecrets`) over the extracted files;
+/// it exits 1 when it found something.
 fn ripsecrets(files: &Path) -> anyhow::Result<Measure> {
-    let probe = Command::new("ripsecrets").arg("--version").output();
-    ensure!(
-        probe.map(|o| o.status.success()).unwrap_or(false),
-        "ripsecrets is not installed (cargo install ripsecrets)"
-    );
-    let m = measure_within(
-        Command::new("ripsecrets").arg(".").current_dir(files),
-        Some(PEER_LIMIT),
-    )?;
-    // 0: nothing found, 1: secrets found, -1: killed at the limit; anything else fails.
-    ensure!(matches!(m.code, -1..=1), "ripsecrets exited {}", m.code);
-    Ok(m)
+    peer(
+        "ripsecrets",
+        &["."],
+        "cargo install ripsecrets",
+        &[0, 1],
+        files,
+    )
 }
 
 fn detect_secrets(files: &Path) -> anyhow::Result<Measure> {
-    let probe = Command::new("detect-secrets").arg("--version").output();
+    peer(
+        "detect-secrets",
+        &["scan", "--all-files"],
+        "pip install detect-secrets",
+        &[0],
+        files,
+    )
+}
+
+/// Runs the peer scanner `bin ARGS` in `files`, killed after [`PEER_LIMIT`] (exit code -1);
+/// any exit code but those in `ok` is a failure.
+fn peer(
+    bin: &str,
+    args: &[&str],
+    install: &str,
+    ok: &[i32],
+    files: &Path,
+) -> anyhow::Result<Measure> {
+    let probe = Command::new(bin).arg("--version").output();
     ensure!(
         probe.map(|o| o.status.success()).unwrap_or(false),
-        "detect-secrets is not installed (pip install detect-secrets)"
+        "{bin} is not installed ({install})"
     );
     let m = measure_within(
-        Command::new("detect-secrets")
-            .args(["scan", "--all-files"])
-            .current_dir(files),
+        Command::new(bin).args(args).current_dir(files),
         Some(PEER_LIMIT),
     )?;
     ensure!(
-        m.code == 0 || m.code == -1,
-        "detect-secrets exited {}",
+        m.code == -1 || ok.contains(&m.code),
+        "{bin} exited {}",
         m.code
     );
     Ok(m)

@@ -177,6 +177,24 @@ impl Proc {
         }
     }
 
+    /// Waits up to 30 s until `addr` accepts; the error names `what` and holds its log.
+    async fn wait_listening(&self, what: &str, addr: SocketAddr) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(addr).await.is_err() {
+            if Instant::now() > deadline {
+                bail!(
+                    "{what} did not listen on {addr}; log:\n{}",
+                    self.log
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
     fn rss_kib(&self) -> Result<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;
         status
@@ -546,16 +564,7 @@ async fn start_stunnel(m: &Material, upstream: SocketAddr) -> Result<Option<(Pro
     cmd.arg(&conf);
     let p = Proc::spawn(cmd)?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(addr).await.is_err() {
-        if Instant::now() > deadline {
-            bail!(
-                "stunnel did not listen on {addr}; log:\n{}",
-                p.log.lock().unwrap_or_else(|e| e.into_inner()).join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    p.wait_listening("stunnel", addr).await?;
     Ok(Some((p, addr)))
 }
 
@@ -580,13 +589,7 @@ async fn start_socat(upstream: SocketAddr) -> Result<Option<(Proc, SocketAddr)>>
     .arg(format!("TCP:{upstream},nodelay"));
     let p = Proc::spawn(cmd)?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(addr).await.is_err() {
-        if Instant::now() > deadline {
-            bail!("socat did not listen on {addr}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    p.wait_listening("socat", addr).await?;
     Ok(Some((p, addr)))
 }
 
