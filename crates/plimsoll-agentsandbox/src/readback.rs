@@ -173,6 +173,30 @@ pub fn tier_of_runtime_class(class: Option<&str>) -> Tier {
     }
 }
 
+/// What plimsolld's channel to the pods is configured to prove, which decides what the
+/// template must carry: a per-pod certificate volume (cert-manager's CSI driver) instead of
+/// the shared Secret, and the terminator's client CA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Channel {
+    /// `SANDBOX_AGENTSANDBOX_POD_IDENTITY`.
+    pub pod_identity: plimsoll_tls::PodIdentity,
+    /// plimsolld presents a client certificate (`SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE`),
+    /// so the terminator must require one (`PLIMSOLL_SANDBOXD_CLIENT_CA`).
+    pub client_certs: bool,
+}
+
+/// [`read_back`] for a channel that is not the default (shared certificate, token only).
+pub fn read_back_with(
+    template_name: &str,
+    template: &Value,
+    warm_pool: Option<(&str, &Value)>,
+    policies: &[Value],
+    channel: &Channel,
+) -> ReadBack {
+    let _ = channel;
+    read_back(template_name, template, warm_pool, policies)
+}
+
 /// Reads a template back against the requirements. `warm_pool` is the pool's name and
 /// object (checked to use this template); `policies` are the NetworkPolicies of the
 /// template's namespace (those selecting its pods are checked).

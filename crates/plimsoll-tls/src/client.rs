@@ -19,6 +19,45 @@ use crate::{provider, ALPN_H2};
 /// The name checked in the pod certificate when none is configured.
 pub const DEFAULT_SERVER_NAME: &str = "sandboxd.plimsoll.invalid";
 
+/// What a pod's certificate must prove besides its chain to the CA file
+/// (`SANDBOX_AGENTSANDBOX_POD_IDENTITY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PodIdentity {
+    /// `shared`: one certificate for every pod, carrying the configured server name. A
+    /// handshake proves "a pod of this deployment", not "the pod dialed".
+    #[default]
+    Shared,
+    /// `ip`: each pod's own certificate must carry, as an IP subject alternative name, the
+    /// exact address plimsolld dialed (read from the claim's status). The server name is
+    /// not checked in this mode.
+    Ip,
+}
+
+impl PodIdentity {
+    /// The variable's value for this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodIdentity::Shared => "shared",
+            PodIdentity::Ip => "ip",
+        }
+    }
+
+    /// Parses the variable's value (`shared` or `ip`).
+    pub fn parse(s: &str) -> Option<PodIdentity> {
+        match s {
+            "shared" => Some(PodIdentity::Shared),
+            "ip" => Some(PodIdentity::Ip),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for PodIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How long a TCP connect plus TLS handshake may take before the pod is given up on.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -16,7 +16,7 @@ pub mod server;
 pub mod supervise;
 pub mod terminator;
 
-pub use client::{ClientTls, ClientTlsError, ConnectError, DEFAULT_SERVER_NAME};
+pub use client::{ClientTls, ClientTlsError, ConnectError, PodIdentity, DEFAULT_SERVER_NAME};
 pub use pem::{CaFileError, PairError};
 pub use server::{server_config, CertDir, RotatingCert};
 pub use terminator::{Terminator, TerminatorConfig};
