@@ -9,6 +9,7 @@ use std::time::Duration;
 use plimsoll_provider::{
     ConfigError, EnvSource, Provider, ProviderSetup, ProviderStartError, Shared, Variable, Vars,
 };
+use plimsoll_tls::{ClientPair, ClientSpec, PodIdentity};
 
 /// The provider's name.
 pub const NAME: &str = "agentsandbox";
@@ -38,7 +39,19 @@ pub const VARIABLES: &[Variable] = &[
     ),
     (
         "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
-        "the sandboxd token plimsolld presents (required)",
+        "the sandboxd token plimsolld presents (required unless client certificates are on)",
+    ),
+    (
+        POD_IDENTITY,
+        "shared (default: one certificate for every pod, checked by name) or ip (each pod's certificate must carry the IP dialed)",
+    ),
+    (
+        CLIENT_CERT_FILE,
+        "plimsolld's client certificate (PEM chain) for mutual TLS to the pods; re-read on change",
+    ),
+    (
+        CLIENT_KEY_FILE,
+        "the client certificate's private key (PEM); set together with the certificate",
     ),
     (
         "SANDBOX_AGENTSANDBOX_NAMESPACE",
@@ -66,8 +79,15 @@ pub const VARIABLES: &[Variable] = &[
     ),
 ];
 
-/// The operator's statement hardened mode needs until per-pod keys exist.
+/// The operator's statement hardened mode needs unless per-pod identity and client
+/// certificates are both on.
 const ENCRYPTED_POD_NETWORK: &str = "SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK";
+/// What a pod's certificate must prove besides its chain: `shared` or `ip`.
+const POD_IDENTITY: &str = "SANDBOX_AGENTSANDBOX_POD_IDENTITY";
+/// plimsolld's client certificate for mutual TLS.
+const CLIENT_CERT_FILE: &str = "SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE";
+/// Its key.
+const CLIENT_KEY_FILE: &str = "SANDBOX_AGENTSANDBOX_CLIENT_KEY_FILE";
 
 /// Everything the agent-sandbox provider needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +97,12 @@ pub struct AgentSandboxConfig {
     /// The name checked in the pod certificate.
     pub server_name: String,
     /// The file holding the sandboxd token plimsolld presents (first non-empty line).
-    pub token_file: PathBuf,
+    /// `None` only with a client certificate: calls then carry no token.
+    pub token_file: Option<PathBuf>,
+    /// What a pod's certificate must prove besides its chain to the CA file.
+    pub pod_identity: PodIdentity,
+    /// plimsolld's client certificate and key (mutual TLS), re-read when they change.
+    pub client_cert: Option<ClientPair>,
     /// Namespace of the template, warm pool and claims.
     pub namespace: String,
     /// The SandboxTemplate read back at startup.
@@ -109,7 +134,9 @@ impl AgentSandboxConfig {
         AgentSandboxConfig {
             ca_file: ca_file.into(),
             server_name: plimsoll_tls::DEFAULT_SERVER_NAME.to_owned(),
-            token_file: token_file.into(),
+            token_file: Some(token_file.into()),
+            pod_identity: PodIdentity::Shared,
+            client_cert: None,
             namespace: DEFAULT_NAMESPACE.to_owned(),
             template: DEFAULT_TEMPLATE.to_owned(),
             warm_pool: DEFAULT_WARM_POOL.to_owned(),
@@ -131,16 +158,46 @@ impl AgentSandboxConfig {
             "is required with SANDBOX_PROVIDER=agentsandbox: set it to a PEM file holding the \
              CA certificate(s) the pods' sandboxd certificate chains to (see docs/agent-sandbox.md)",
         ))?;
-        let token_file = v
-            .string("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE")
-            .ok_or_else(|| {
+        let cert = v.path(CLIENT_CERT_FILE);
+        let key = v.path(CLIENT_KEY_FILE);
+        let client_cert = match (cert, key) {
+            (Some(cert_file), Some(key_file)) => Some(ClientPair { cert_file, key_file }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(ConfigError::new(
+                    CLIENT_KEY_FILE,
+                    format!("is required when {CLIENT_CERT_FILE} is set: the client certificate's private key (PEM)"),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(ConfigError::new(
+                    CLIENT_CERT_FILE,
+                    format!("is required when {CLIENT_KEY_FILE} is set: the client certificate (PEM chain, leaf first)"),
+                ))
+            }
+        };
+        let token_file = v.path("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE");
+        if token_file.is_none() && client_cert.is_none() {
+            return Err(ConfigError::new(
+                "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
+                format!("is required with SANDBOX_PROVIDER=agentsandbox unless client certificates are on \
+                 ({CLIENT_CERT_FILE} and {CLIENT_KEY_FILE}): set it to the file holding the sandboxd token \
+                 (the same token the pods' --token-file holds)"),
+            ));
+        }
+        let pod_identity = match v.string(POD_IDENTITY) {
+            None => PodIdentity::Shared,
+            Some(s) => PodIdentity::parse(&s).ok_or_else(|| {
                 ConfigError::new(
-            "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE",
-            "is required with SANDBOX_PROVIDER=agentsandbox: set it to the file holding the \
-             sandboxd token (the same token the pods' --token-file holds)",
-        )
-            })?;
-        let mut c = AgentSandboxConfig::new(ca_file, token_file);
+                    POD_IDENTITY,
+                    format!("{s:?} is not a pod identity mode; use shared (one certificate for every pod) or ip (each pod's certificate carries its IP)"),
+                )
+            })?,
+        };
+        let mut c = AgentSandboxConfig::new(ca_file, PathBuf::new());
+        c.token_file = token_file;
+        c.pod_identity = pod_identity;
+        c.client_cert = client_cert;
         if let Some(name) = v.string("SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME") {
             if !rustls_name_ok(&name) {
                 return Err(ConfigError::new(
@@ -194,11 +251,41 @@ impl ProviderSetup for AgentSandboxConfig {
         Ok(Arc::new(crate::AgentSandboxProvider::new(self.clone())?))
     }
 
+    /// With per-pod identity, the statement is no longer needed, but client certificates
+    /// are (a pod that proves its address is only half the channel); without it, the
+    /// statement still is.
     fn hardened_gaps(&self) -> Vec<String> {
-        if self.encrypted_pod_network {
-            return Vec::new();
+        match self.pod_identity {
+            PodIdentity::Ip if self.client_cert.is_some() => Vec::new(),
+            PodIdentity::Ip => vec![format!(
+                "{POD_IDENTITY}=ip without client certificates: hardened mode with per-pod identity needs mutual TLS too; set {CLIENT_CERT_FILE} and {CLIENT_KEY_FILE} (and PLIMSOLL_SANDBOXD_CLIENT_CA in the pods)"
+            )],
+            PodIdentity::Shared if self.encrypted_pod_network => Vec::new(),
+            PodIdentity::Shared => vec![format!(
+                "{ENCRYPTED_POD_NETWORK} is not 1; with one certificate shared by every pod, hardened mode needs your statement that the pod network is authenticated and encrypted (or per-pod identity: {POD_IDENTITY}=ip with client certificates)"
+            )],
         }
-        vec![format!("{ENCRYPTED_POD_NETWORK} is not 1; until per-pod keys exist, hardened mode needs your statement that the pod network is authenticated and encrypted")]
+    }
+}
+
+impl AgentSandboxConfig {
+    /// The TLS client spec: the CA file, the server name, the pod identity and the client
+    /// certificate.
+    pub fn client_spec(&self) -> ClientSpec {
+        ClientSpec {
+            ca_file: self.ca_file.clone(),
+            server_name: self.server_name.clone(),
+            identity: self.pod_identity,
+            client_cert: self.client_cert.clone(),
+        }
+    }
+
+    /// What the template must carry for this channel (read-back).
+    pub fn channel(&self) -> crate::readback::Channel {
+        crate::readback::Channel {
+            pod_identity: self.pod_identity,
+            client_certs: self.client_cert.is_some(),
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use plimsoll_core::validate::MAX_TIMEOUT_MS;
 use plimsoll_core::Refusal;
 use plimsoll_provider::{Answer, Facts, Provider, ProviderError, ProviderStartError, Work};
 use plimsoll_sandboxd::{CallError, SandboxdClient, Token};
-use plimsoll_tls::ClientTls;
+use plimsoll_tls::{ClientTls, PodIdentity};
 
 use crate::config::AgentSandboxConfig;
 use crate::crd::{self, ClaimState};
@@ -79,20 +79,20 @@ impl RunError {
     }
 }
 
-/// A file re-read when it changes (by modification time, size and inode), keeping the
-/// last good value if the new content is unusable: the CA file and the token rotate
-/// without a restart.
+/// Files re-read when one of them changes (by modification time, size and inode), keeping
+/// the last good value if the new content is unusable: the CA file, the client
+/// certificate pair and the token rotate without a restart.
 struct Reloading<T> {
-    path: PathBuf,
+    paths: Vec<PathBuf>,
     what: &'static str,
     load: Loader<T>,
-    current: Mutex<(T, Option<Stamp>)>,
+    current: Mutex<(T, Vec<Option<Stamp>>)>,
 }
 
 type Stamp = (SystemTime, u64, u64);
 
-/// Reads and checks the file's content.
-type Loader<T> = Box<dyn Fn(&Path) -> Result<T, String> + Send + Sync>;
+/// Reads and checks the files' content.
+type Loader<T> = Box<dyn Fn() -> Result<T, String> + Send + Sync>;
 
 fn stamp(path: &Path) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
@@ -101,11 +101,15 @@ fn stamp(path: &Path) -> Option<Stamp> {
 }
 
 impl<T: Clone> Reloading<T> {
-    fn open(path: &Path, what: &'static str, load: Loader<T>) -> Result<Reloading<T>, String> {
-        let st = stamp(path);
-        let first = load(path)?;
+    fn open(
+        paths: Vec<PathBuf>,
+        what: &'static str,
+        load: Loader<T>,
+    ) -> Result<Reloading<T>, String> {
+        let st = paths.iter().map(|p| stamp(p)).collect();
+        let first = load()?;
         Ok(Reloading {
-            path: path.to_owned(),
+            paths,
             what,
             load,
             current: Mutex::new((first, st)),
@@ -113,16 +117,22 @@ impl<T: Clone> Reloading<T> {
     }
 
     fn get(&self) -> T {
-        let st = stamp(&self.path);
+        let st: Vec<Option<Stamp>> = self.paths.iter().map(|p| stamp(p)).collect();
         let mut cur = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if st.is_some() && st != cur.1 {
-            match (self.load)(&self.path) {
+        if st.iter().all(Option::is_some) && st != cur.1 {
+            let files = self
+                .paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            match (self.load)() {
                 Ok(v) => {
-                    tracing::info!(file = %self.path.display(), "{} reloaded", self.what);
+                    tracing::info!(files = %files, "{} reloaded", self.what);
                     *cur = (v, st);
                 }
                 Err(e) => {
-                    tracing::error!(file = %self.path.display(), error = %e,
+                    tracing::error!(files = %files, error = %e,
                         "{} changed but cannot be used; keeping the previous one", self.what);
                     cur.1 = st;
                 }
@@ -143,7 +153,7 @@ struct Started {
 pub struct AgentSandboxProvider {
     cfg: AgentSandboxConfig,
     tls: Reloading<ClientTls>,
-    token: Reloading<Token>,
+    token: Option<Reloading<Token>>,
     started: OnceLock<Started>,
 }
 
@@ -160,24 +170,39 @@ impl AgentSandboxProvider {
     /// Reads the CA file and the token file (each error names its variable and file).
     /// Nothing touches the cluster until [`Provider::start`].
     pub fn new(cfg: AgentSandboxConfig) -> Result<AgentSandboxProvider, ProviderStartError> {
-        let name = cfg.server_name.clone();
+        let spec = cfg.client_spec();
         let tls = Reloading::open(
-            &cfg.ca_file,
-            "CA file",
-            Box::new(move |p| ClientTls::from_ca_file(p, &name).map_err(|e| e.to_string())),
+            spec.files(),
+            "TLS client (CA file, client certificate)",
+            Box::new(move || ClientTls::build(&spec).map_err(|e| e.to_string())),
         )
-        .map_err(|e| {
-            start_error(format!(
+        .map_err(|e| match &cfg.client_cert {
+            Some(pair) if !e.starts_with("CA file") => start_error(format!(
+                "SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE={} / SANDBOX_AGENTSANDBOX_CLIENT_KEY_FILE={}: {e}; they must hold plimsolld's client certificate (PEM chain, leaf first, inside its validity) and its matching private key",
+                pair.cert_file.display(),
+                pair.key_file.display()
+            )),
+            _ => start_error(format!(
                 "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE={}: {e}; it must hold the PEM CA certificate(s) (certificates only) that signed the pods' sandboxd certificate",
                 cfg.ca_file.display()
-            ))
+            )),
         })?;
-        let token = Reloading::open(
-            &cfg.token_file,
-            "sandboxd token file",
-            Box::new(|p| Token::read_file(p).map_err(|e| e.to_string())),
-        )
-        .map_err(|e| start_error(format!("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE: {e}")))?;
+        let token = match &cfg.token_file {
+            None => None,
+            Some(path) => {
+                let p = path.clone();
+                Some(
+                    Reloading::open(
+                        vec![path.clone()],
+                        "sandboxd token file",
+                        Box::new(move || Token::read_file(&p).map_err(|e| e.to_string())),
+                    )
+                    .map_err(|e| {
+                        start_error(format!("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE: {e}"))
+                    })?,
+                )
+            }
+        };
         Ok(AgentSandboxProvider {
             cfg,
             tls,
@@ -260,11 +285,12 @@ impl AgentSandboxProvider {
             .collect();
         let template_json = serde_json::to_value(&template).unwrap_or_default();
         let pool_json = serde_json::to_value(&pool).unwrap_or_default();
-        let mut rb = readback::read_back(
+        let mut rb = readback::read_back_with(
             &self.cfg.template,
             &template_json,
             Some((&self.cfg.warm_pool, &pool_json)),
             &policies,
+            &self.cfg.channel(),
         );
         if self.cfg.sessions {
             rb.drifts.extend(readback::session_drifts(&template_json));
@@ -397,9 +423,9 @@ impl AgentSandboxProvider {
         let addr = SocketAddr::new(ip, self.cfg.sandboxd_port);
         phases.pod = Some(addr);
         let tls = self.tls.get();
-        let token = self.token.get();
+        let token = self.token.as_ref().map(Reloading::get);
         let t1 = Instant::now();
-        let client = SandboxdClient::connect_tls(&tls, addr, &token)
+        let client = SandboxdClient::connect_tls_with(&tls, addr, token.as_ref())
             .await
             .map_err(RunError::Connect)?;
         phases.tls_connect = Some(t1.elapsed());
@@ -528,16 +554,34 @@ impl AgentSandboxProvider {
                 "smoke test: no pod from SandboxWarmPool {}/{}: {}; check that the pool has ready pods",
                 self.cfg.namespace, self.cfg.warm_pool, r.message
             )),
-            RunError::Connect(e) => start_error(format!(
-                "smoke test: the pod at {} could not be confirmed over TLS, so nothing was sent: {e}. \
-                 The pods' certificate must chain to a CA in SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE={ca} \
-                 and carry the name SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME={name}",
-                phases.pod.map_or("?".into(), |a| a.to_string())
-            )),
-            RunError::Call(e) if e.not_dispatched() == Some(plimsoll_core::Reason::Permission) => start_error(format!(
-                "smoke test: sandboxd refused the token from SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE={}: {e}; it must match a line of the pods' --token-file",
-                self.cfg.token_file.display()
-            )),
+            RunError::Connect(e) => {
+                let must = match self.cfg.pod_identity {
+                    PodIdentity::Shared => format!("carry the name SANDBOX_AGENTSANDBOX_SANDBOXD_SERVER_NAME={name}"),
+                    PodIdentity::Ip => "carry the pod's own IP as an IP subject alternative name (SANDBOX_AGENTSANDBOX_POD_IDENTITY=ip)".to_owned(),
+                };
+                let client = match &self.cfg.client_cert {
+                    Some(p) => format!(
+                        "; and the pods' PLIMSOLL_SANDBOXD_CLIENT_CA must hold the CA of SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE={}",
+                        p.cert_file.display()
+                    ),
+                    None => String::new(),
+                };
+                start_error(format!(
+                    "smoke test: the pod at {} could not be confirmed over TLS, so nothing was sent: {e}. \
+                     The pods' certificate must chain to a CA in SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE={ca} \
+                     and {must}{client}",
+                    phases.pod.map_or("?".into(), |a| a.to_string())
+                ))
+            }
+            RunError::Call(e) if e.not_dispatched() == Some(plimsoll_core::Reason::Permission) => start_error(match &self.cfg.token_file {
+                Some(f) => format!(
+                    "smoke test: sandboxd refused the token from SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE={}: {e}; it must match a line of the pods' --token-file",
+                    f.display()
+                ),
+                None => format!(
+                    "smoke test: sandboxd refused a call without a token: {e}; the pods' sandboxd still requires one, so set SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE to the token of the pods' --token-file"
+                ),
+            }),
             RunError::Call(e) => start_error(format!("smoke test: the call to sandboxd over TLS failed: {e}")),
             RunError::Answer(m) => start_error(format!("smoke test: {m}")),
         })
@@ -673,6 +717,7 @@ impl Provider for AgentSandboxProvider {
         tracing::info!(template = %self.cfg.template, warm_pool = %self.cfg.warm_pool, namespace = %ns,
             runtime_class = ?rb.runtime_class, isolation = %rb.tier, languages = ?probe.facts.languages,
             ca_file = %self.cfg.ca_file.display(), server_name = %self.cfg.server_name,
+            pod_identity = %self.cfg.pod_identity, client_certificate = self.cfg.client_cert.is_some(),
             "agentsandbox provider: read-back and TLS smoke test passed");
         let _ = self.started.set(probe);
         Ok(())

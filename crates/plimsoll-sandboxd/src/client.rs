@@ -221,11 +221,13 @@ impl tower::Service<Uri> for Dialer {
 
 /// Puts `authorization: Bearer <token>` on every call (marked sensitive, so never logged).
 #[derive(Clone)]
-struct BearerHeader(MetadataValue<Ascii>);
+struct BearerHeader(Option<MetadataValue<Ascii>>);
 
 impl tonic::service::Interceptor for BearerHeader {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        req.metadata_mut().insert("authorization", self.0.clone());
+        if let Some(h) = &self.0 {
+            req.metadata_mut().insert("authorization", h.clone());
+        }
         Ok(req)
     }
 }
@@ -322,6 +324,17 @@ impl SandboxdClient {
         addr: SocketAddr,
         token: &Token,
     ) -> Result<SandboxdClient, CallError> {
+        Self::open(Target::Tls(tls.clone(), addr), Some(token)).await
+    }
+
+    /// [`connect_tls`](Self::connect_tls) where the token is optional: with mutual TLS the
+    /// client certificate is what the pod's terminator checks, and a call without a token
+    /// carries no `authorization` header at all.
+    pub async fn connect_tls_with(
+        tls: &ClientTls,
+        addr: SocketAddr,
+        token: Option<&Token>,
+    ) -> Result<SandboxdClient, CallError> {
         Self::open(Target::Tls(tls.clone(), addr), token).await
     }
 
@@ -330,23 +343,29 @@ impl SandboxdClient {
         addr: SocketAddr,
         token: &Token,
     ) -> Result<SandboxdClient, CallError> {
-        Self::open(Target::Tcp(addr), token).await
+        Self::open(Target::Tcp(addr), Some(token)).await
     }
 
     /// Dials sandboxd over a Unix socket (the Docker provider's per-run directory).
     pub async fn connect_unix(path: &Path, token: &Token) -> Result<SandboxdClient, CallError> {
-        Self::open(Target::Unix(path.to_owned()), token).await
+        Self::open(Target::Unix(path.to_owned()), Some(token)).await
     }
 
-    async fn open(target: Target, token: &Token) -> Result<SandboxdClient, CallError> {
-        let mut header: MetadataValue<Ascii> =
-            format!("Bearer {}", token.expose()).parse().map_err(|_| {
-                CallError::Connect(ConnectFailure::Channel {
-                    target: target.describe(),
-                    reason: "the token cannot travel in a header".into(),
-                })
-            })?;
-        header.set_sensitive(true);
+    async fn open(target: Target, token: Option<&Token>) -> Result<SandboxdClient, CallError> {
+        let header = match token {
+            None => None,
+            Some(token) => {
+                let mut header: MetadataValue<Ascii> =
+                    format!("Bearer {}", token.expose()).parse().map_err(|_| {
+                        CallError::Connect(ConnectFailure::Channel {
+                            target: target.describe(),
+                            reason: "the token cannot travel in a header".into(),
+                        })
+                    })?;
+                header.set_sensitive(true);
+                Some(header)
+            }
+        };
         let describe = target.describe();
         let io = target.dial().await.map_err(CallError::Connect)?;
         let dials = Arc::new(AtomicU64::new(1));

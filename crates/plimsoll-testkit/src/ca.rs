@@ -67,13 +67,20 @@ impl Ca {
         })
     }
 
+    /// A client certificate for `name` (extended key usage `clientAuth`), for mutual TLS.
+    pub fn client_leaf(&self, name: &str) -> Leaf {
+        self.leaf_with(&[name], |p| {
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        })
+    }
+
     fn leaf_with(&self, names: &[&str], edit: impl FnOnce(&mut CertificateParams)) -> Leaf {
         let key = KeyPair::generate().expect("generate a server key");
         let mut p = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
             .expect("leaf parameters");
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         edit(&mut p);
         p.distinguished_name.push(DnType::CommonName, names[0]);
-        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let cert = p
             .signed_by(&key, &self.cert, &self.key)
             .expect("sign the server certificate");

@@ -9,6 +9,14 @@
 //! claim's status once the pod accepts TCP (as a `tcpSocket` readiness probe would).
 //! Deleting the claim kills the pod's process group.
 //!
+//! With per-pod identity ([`FakeClusterOptions::per_pod`]) each pod gets its own
+//! certificate from the cluster's CA carrying its own loopback address as an IP subject
+//! alternative name, written as cert-manager's CSI driver writes it (`tls.crt`, `tls.key`,
+//! `ca.crt`, mode 0440, behind a `..data` symlink swapped on renewal); with client
+//! certificates on, every pod's terminator requires plimsolld's client certificate
+//! (`PLIMSOLL_SANDBOXD_CLIENT_CA`). [`PodMode`] makes pods misbehave: serve another pod's
+//! certificate, one without the IP, or answer a claim's address from another pod.
+//!
 //! It must only ever listen on, and point plimsolld at, loopback addresses.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -74,12 +82,35 @@ impl Pki {
 /// What the controller does with the next claims.
 #[derive(Debug, Clone)]
 pub enum PodMode {
-    /// Give each claim a pod serving the cluster's certificate.
+    /// Give each claim a pod serving the cluster's certificate (its own, with per-pod
+    /// identity).
     Serve,
     /// Never make a claim Ready (an empty pool that never fills).
     NeverReady,
     /// Give each claim a cold-started pod serving this certificate instead.
     ServeCert(Pki),
+    /// Give each claim a cold-started pod serving a certificate of the cluster's CA made
+    /// for another pod's address (a pod holding a neighbour's key).
+    OtherPodCert,
+    /// Give each claim a cold-started pod serving a certificate of the cluster's CA that
+    /// carries the server name but no IP address.
+    CertWithoutIp,
+    /// Report an address in the claim's status at which a relay forwards every connection
+    /// to another pod of the deployment (same CA, its own correct certificate for its own
+    /// address): a pod network that rewrites where connections go.
+    Redirect,
+}
+
+/// What a new pod serves.
+enum PodCert<'a> {
+    /// The cluster's shared certificate, or with per-pod identity its own.
+    Own,
+    /// This pair.
+    Pki(&'a Pki),
+    /// A per-pod certificate of the cluster's CA for this address.
+    ForIp(Ipv4Addr),
+    /// A certificate of the cluster's CA with the server name only.
+    NameOnly,
 }
 
 /// What the fake saw.
@@ -110,6 +141,12 @@ pub struct FakeClusterOptions {
     pub warm: usize,
     /// Pods run sandboxd with `--session` (as the template then says), for sessions.
     pub session: bool,
+    /// Each pod serves its own certificate carrying its address (cert-manager's CSI
+    /// driver), and the provider checks it (`SANDBOX_AGENTSANDBOX_POD_IDENTITY=ip`).
+    pub per_pod_identity: bool,
+    /// Pods require a client certificate from the cluster's client CA, and the provider
+    /// presents one.
+    pub client_certs: bool,
 }
 
 impl FakeClusterOptions {
@@ -127,7 +164,21 @@ impl FakeClusterOptions {
             bin_dir,
             warm: 1,
             session: false,
+            per_pod_identity: false,
+            client_certs: false,
         }
+    }
+
+    /// [`FakeClusterOptions::conforming`] with per-pod identity and mutual TLS: the
+    /// template mounts a CSI certificate volume and gives the terminator its client CA
+    /// ([`per_pod_template`]), each pod serves a certificate for its own address, and
+    /// every terminator requires plimsolld's client certificate.
+    pub fn per_pod(bin_dir: PathBuf) -> FakeClusterOptions {
+        let mut o = FakeClusterOptions::conforming(bin_dir);
+        o.template = per_pod_template();
+        o.per_pod_identity = true;
+        o.client_certs = true;
+        o
     }
 
     /// [`FakeClusterOptions::conforming`] for sessions: the template's and the pods'
@@ -179,6 +230,40 @@ pub fn conforming_template() -> Value {
             }
         }
     })
+}
+
+/// Where the per-pod template mounts the client CA ConfigMap.
+pub const CLIENT_CA_MOUNT: &str = "/etc/plimsoll/sandboxd-client-ca";
+
+/// [`conforming_template`] with per-pod identity and mutual TLS: the volume at the TLS
+/// mount is cert-manager's CSI driver issuing a 24-hour certificate for `${POD_IP}`, and
+/// the terminator is given its client CA through `PLIMSOLL_SANDBOXD_CLIENT_CA`, a
+/// read-only ConfigMap.
+pub fn per_pod_template() -> Value {
+    let mut t = conforming_template();
+    let pod = &mut t["spec"]["podTemplate"]["spec"];
+    pod["volumes"][0] = json!({"name": "sandboxd-tls", "csi": {
+    "driver": "csi.cert-manager.io", "readOnly": true,
+    "volumeAttributes": {
+        "csi.cert-manager.io/issuer-name": "plimsoll-sandboxd-ca",
+        "csi.cert-manager.io/issuer-kind": "Issuer",
+        "csi.cert-manager.io/ip-sans": "${POD_IP}",
+        "csi.cert-manager.io/duration": "24h",
+        "csi.cert-manager.io/renew-before": "8h"
+    }}});
+    if let Some(v) = pod["volumes"].as_array_mut() {
+        v.push(json!({"name": "sandboxd-client-ca",
+            "configMap": {"name": "plimsoll-sandboxd-client-ca"}}));
+    }
+    let c = &mut pod["containers"][0];
+    c["env"] = json!([{"name": plimsoll_tls::CLIENT_CA_VAR,
+        "value": format!("{CLIENT_CA_MOUNT}/ca.crt")}]);
+    if let Some(m) = c["volumeMounts"].as_array_mut() {
+        m.push(
+            json!({"name": "sandboxd-client-ca", "mountPath": CLIENT_CA_MOUNT, "readOnly": true}),
+        );
+    }
+    t
 }
 
 /// A NetworkPolicy that passes the read-back: ingress only to TCP 9090, no egress.
@@ -264,6 +349,10 @@ struct Pod {
     name: String,
     ip: Ipv4Addr,
     pgid: i32,
+    tls_dir: PathBuf,
+    /// The address the claim's status states, when it is not the pod's own
+    /// ([`PodMode::Redirect`]), and the relay that forwards it.
+    stated: Option<(Ipv4Addr, tokio::task::JoinHandle<()>)>,
     _child: tokio::process::Child,
 }
 
@@ -277,6 +366,9 @@ impl Pod {
 impl Drop for Pod {
     fn drop(&mut self) {
         self.kill();
+        if let Some((_, relay)) = &self.stated {
+            relay.abort();
+        }
     }
 }
 
@@ -298,6 +390,11 @@ struct Inner {
     dir: PathBuf,
     bin_dir: PathBuf,
     pki: Pki,
+    /// The CA behind `pki`, which signs per-pod certificates.
+    ca: Ca,
+    per_pod: bool,
+    /// The client CA file the pods require a certificate from (mutual TLS).
+    client_ca_file: Option<PathBuf>,
     port: u16,
     warm_target: usize,
     token_file: PathBuf,
@@ -340,8 +437,25 @@ impl FakeCluster {
         let dir = tempfile::Builder::new()
             .prefix("plimsoll-fake-cluster")
             .tempdir()?;
-        let pki = Pki::generate(plimsoll_tls::DEFAULT_SERVER_NAME);
+        let ca = Ca::unique("plimsoll fake-cluster CA");
+        let leaf = ca.leaf(&[plimsoll_tls::DEFAULT_SERVER_NAME]);
+        let pki = Pki {
+            ca_pem: ca.pem(),
+            cert_pem: leaf.cert_pem,
+            key_pem: leaf.key_pem,
+        };
         std::fs::write(dir.path().join("ca.pem"), &pki.ca_pem)?;
+        let client_ca_file = if opts.client_certs {
+            // plimsolld's client certificate, from a CA of its own (the pods' client CA).
+            let client_ca = Ca::unique("plimsoll fake-cluster client CA");
+            let client = client_ca.client_leaf("plimsolld.plimsoll.invalid");
+            std::fs::write(dir.path().join("client-ca.pem"), client_ca.pem())?;
+            std::fs::write(dir.path().join("client.crt"), &client.cert_pem)?;
+            std::fs::write(dir.path().join("client.key"), &client.key_pem)?;
+            Some(dir.path().join("client-ca.pem"))
+        } else {
+            None
+        };
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, format!("{TOKEN}\n"))?;
         {
@@ -378,6 +492,9 @@ impl FakeCluster {
             dir: dir.path().to_owned(),
             bin_dir: opts.bin_dir,
             pki,
+            ca,
+            per_pod: opts.per_pod_identity,
+            client_ca_file,
             port: free_port(),
             warm_target: opts.warm,
             token_file,
@@ -394,7 +511,7 @@ impl FakeCluster {
             let _ = axum::serve(listener, app).await;
         });
         for _ in 0..opts.warm {
-            let pod = start_pod(&inner, None).await?;
+            let pod = start_pod(&inner, PodCert::Own).await?;
             lock(&inner).warm.push_back(pod);
         }
         Ok(FakeCluster {
@@ -418,6 +535,57 @@ impl FakeCluster {
     /// The token file the pods accept.
     pub fn token_file(&self) -> PathBuf {
         self.inner.token_file.clone()
+    }
+
+    /// plimsolld's client certificate and key (with client certificates on).
+    pub fn client_pair(&self) -> Option<plimsoll_tls::ClientPair> {
+        self.inner
+            .client_ca_file
+            .as_ref()
+            .map(|_| plimsoll_tls::ClientPair {
+                cert_file: self.inner.dir.join("client.crt"),
+                key_file: self.inner.dir.join("client.key"),
+            })
+    }
+
+    /// The CA file the pods' terminators check client certificates against.
+    pub fn client_ca_file(&self) -> Option<PathBuf> {
+        self.inner.client_ca_file.clone()
+    }
+
+    /// The calls every pod's sandboxd received so far (each logs one line per call that
+    /// reached its token check), counted over the logs of every pod ever started, living
+    /// or killed.
+    pub fn sandboxd_calls(&self) -> usize {
+        let Ok(rd) = std::fs::read_dir(self.inner.dir.join("pods")) else {
+            return 0;
+        };
+        rd.filter_map(Result::ok)
+            .filter_map(|e| std::fs::read_to_string(e.path().join("pod.log")).ok())
+            .map(|log| log.matches("sandboxd call received").count())
+            .sum()
+    }
+
+    /// Renews every living pod's per-pod certificate in place (a fresh key and
+    /// certificate for the same address, written as the CSI driver writes a renewal) and
+    /// returns each pod's TLS address with the DER of its new certificate.
+    pub fn rotate_pod_certs(&self) -> Vec<(SocketAddr, Vec<u8>)> {
+        let s = lock(&self.inner);
+        let mut out = Vec::new();
+        for pod in s.bound.values().chain(s.warm.iter()) {
+            let leaf = self.inner.ca.leaf(&[&pod.ip.to_string()]);
+            if write_csi(
+                &pod.tls_dir,
+                &leaf.cert_pem,
+                &leaf.key_pem,
+                &self.inner.pki.ca_pem,
+            )
+            .is_ok()
+            {
+                out.push((SocketAddr::from((pod.ip, self.inner.port)), leaf.der));
+            }
+        }
+        out
     }
 
     /// A scratch directory inside the cluster's temporary directory, writable by the runs'
@@ -450,13 +618,17 @@ impl FakeCluster {
         c.kubeconfig = Some(self.kubeconfig());
         c.sandboxd_port = self.pod_port();
         c.claim_timeout = Duration::from_secs(10);
+        if self.inner.per_pod {
+            c.pod_identity = plimsoll_tls::PodIdentity::Ip;
+        }
+        c.client_cert = self.client_pair();
         c
     }
 
     /// Environment pairs for plimsolld's configuration pointing at this cluster (the pod
     /// port still has to be set on the typed configuration).
     pub fn env_pairs(&self) -> Vec<(String, String)> {
-        vec![
+        let mut v: Vec<(String, String)> = vec![
             ("SANDBOX_PROVIDER".into(), "agentsandbox".into()),
             (
                 "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE".into(),
@@ -473,7 +645,21 @@ impl FakeCluster {
                 "SANDBOX_AGENTSANDBOX_KUBECONFIG".into(),
                 self.kubeconfig().display().to_string(),
             ),
-        ]
+        ];
+        if self.inner.per_pod {
+            v.push(("SANDBOX_AGENTSANDBOX_POD_IDENTITY".into(), "ip".into()));
+        }
+        if let Some(p) = self.client_pair() {
+            v.push((
+                "SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE".into(),
+                p.cert_file.display().to_string(),
+            ));
+            v.push((
+                "SANDBOX_AGENTSANDBOX_CLIENT_KEY_FILE".into(),
+                p.key_file.display().to_string(),
+            ));
+        }
+        v
     }
 
     /// Changes what the controller does with the next claims.
@@ -531,7 +717,7 @@ impl FakeCluster {
     /// TLS address; it lives until [`FakeCluster::shutdown`]. For baselines that talk to a
     /// pod without Kubernetes in the way.
     pub async fn standalone_pod(&self) -> std::io::Result<SocketAddr> {
-        let pod = start_pod(&self.inner, None).await?;
+        let pod = start_pod(&self.inner, PodCert::Own).await?;
         let addr = SocketAddr::from((pod.ip, self.inner.port));
         lock(&self.inner)
             .bound
@@ -571,9 +757,42 @@ pub fn run_user() -> Option<u32> {
     Some(61_000 + (std::process::id() % 40) * 100 + n % 100)
 }
 
-/// Starts a pod serving `pki` (the cluster's own when `None`) and waits until it accepts
-/// TCP on its TLS port.
-async fn start_pod(inner: &Arc<Inner>, pki: Option<&Pki>) -> std::io::Result<Pod> {
+/// Writes a certificate volume the way cert-manager's CSI driver does: the files in a
+/// fresh timestamped directory (mode 0440), a `..data` symlink swapped to it in one
+/// rename, and `tls.crt`, `tls.key`, `ca.crt` as symlinks through `..data`.
+fn write_csi(dir: &Path, cert_pem: &str, key_pem: &str, ca_pem: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let stamp = format!("..{}", hex::encode(rand::random::<[u8; 6]>()));
+    let data = dir.join(&stamp);
+    std::fs::create_dir_all(&data)?;
+    for (name, body) in [
+        ("tls.crt", cert_pem),
+        ("tls.key", key_pem),
+        ("ca.crt", ca_pem),
+    ] {
+        let f = data.join(name);
+        std::fs::write(&f, body)?;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o440))?;
+    }
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&stamp, &tmp)?;
+    let old = std::fs::read_link(dir.join("..data")).ok();
+    std::fs::rename(&tmp, dir.join("..data"))?;
+    for name in ["tls.crt", "tls.key", "ca.crt"] {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), &link)?;
+        }
+    }
+    if let Some(old) = old {
+        let _ = std::fs::remove_dir_all(dir.join(old));
+    }
+    Ok(())
+}
+
+/// Starts a pod serving what `cert` says and waits until it accepts TCP on its TLS port.
+async fn start_pod(inner: &Arc<Inner>, cert: PodCert<'_>) -> std::io::Result<Pod> {
     use std::process::Stdio;
     let ip = next_pod_ip();
     let name = format!("{WARM_POOL}-{}", hex::encode(rand::random::<[u8; 3]>()));
@@ -582,10 +801,22 @@ async fn start_pod(inner: &Arc<Inner>, pki: Option<&Pki>) -> std::io::Result<Pod
     let root = dir.join("root");
     std::fs::create_dir_all(&tls)?;
     std::fs::create_dir_all(&root)?;
-    let pki = pki.unwrap_or(&inner.pki);
-    std::fs::write(tls.join("tls.crt"), &pki.cert_pem)?;
-    std::fs::write(tls.join("tls.key"), &pki.key_pem)?;
-    {
+    let per_pod_leaf = |names: &[&str]| {
+        let l = inner.ca.leaf(names);
+        (l.cert_pem, l.key_pem)
+    };
+    let (cert_pem, key_pem) = match cert {
+        PodCert::Pki(p) => (p.cert_pem.clone(), p.key_pem.clone()),
+        PodCert::Own if inner.per_pod => per_pod_leaf(&[&ip.to_string()]),
+        PodCert::Own => (inner.pki.cert_pem.clone(), inner.pki.key_pem.clone()),
+        PodCert::ForIp(other) => per_pod_leaf(&[&other.to_string()]),
+        PodCert::NameOnly => per_pod_leaf(&[plimsoll_tls::DEFAULT_SERVER_NAME]),
+    };
+    if inner.per_pod {
+        write_csi(&tls, &cert_pem, &key_pem, &inner.pki.ca_pem)?;
+    } else {
+        std::fs::write(tls.join("tls.crt"), &cert_pem)?;
+        std::fs::write(tls.join("tls.key"), &key_pem)?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(tls.join("tls.key"), std::fs::Permissions::from_mode(0o400))?;
     }
@@ -607,11 +838,17 @@ async fn start_pod(inner: &Arc<Inner>, pki: Option<&Pki>) -> std::io::Result<Pod
         // run, so each pod gets a user no other pod has.
         args.push(format!("--run-as={id}:{id}"));
     }
-    let mut child = tokio::process::Command::new(inner.bin_dir.join("plimsoll-sandboxd-tls"))
+    let mut cmd = tokio::process::Command::new(inner.bin_dir.join("plimsoll-sandboxd-tls"));
+    if let Some(ca) = &inner.client_ca_file {
+        cmd.env(plimsoll_tls::CLIENT_CA_VAR, ca);
+    }
+    let mut child = cmd
         .args(args)
         .env("PLIMSOLL_SANDBOXD_TLS_LISTEN", listen.to_string())
         .env("PLIMSOLL_SANDBOXD_TLS_DIR", &tls)
         .env("PLIMSOLL_SANDBOXD_TLS_UPSTREAM", upstream.to_string())
+        // Renewals are seen within a fifth of a second (the default is two).
+        .env("PLIMSOLL_SANDBOXD_TLS_RELOAD_INTERVAL_MS", "200")
         .env(
             "PLIMSOLL_SANDBOXD_BIN",
             inner.bin_dir.join("plimsoll-sandboxd"),
@@ -628,6 +865,8 @@ async fn start_pod(inner: &Arc<Inner>, pki: Option<&Pki>) -> std::io::Result<Pod
         name: name.clone(),
         ip,
         pgid: pid,
+        tls_dir: tls.clone(),
+        stated: None,
         _child: child,
     };
     for _ in 0..600 {
@@ -670,10 +909,30 @@ async fn bind_claim(inner: Arc<Inner>, claim: String) {
                     tokio::spawn(replenish(inner.clone()));
                     Ok(p)
                 }
-                None => start_pod(&inner, None).await,
+                None => start_pod(&inner, PodCert::Own).await,
             }
         }
-        PodMode::ServeCert(pki) => start_pod(&inner, Some(&pki)).await,
+        PodMode::ServeCert(pki) => start_pod(&inner, PodCert::Pki(&pki)).await,
+        PodMode::OtherPodCert => start_pod(&inner, PodCert::ForIp(next_pod_ip())).await,
+        PodMode::CertWithoutIp => start_pod(&inner, PodCert::NameOnly).await,
+        PodMode::Redirect => match start_pod(&inner, PodCert::Own).await {
+            Ok(mut p) => {
+                let stated = next_pod_ip();
+                match relay(
+                    SocketAddr::from((stated, inner.port)),
+                    SocketAddr::from((p.ip, inner.port)),
+                )
+                .await
+                {
+                    Ok(task) => {
+                        p.stated = Some((stated, task));
+                        Ok(p)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        },
     };
     let pod = match pod {
         Ok(p) => p,
@@ -686,9 +945,10 @@ async fn bind_claim(inner: Arc<Inner>, claim: String) {
     if !s.claims.contains_key(&claim) {
         return; // deleted meanwhile; dropping the pod kills it
     }
+    let stated = pod.stated.as_ref().map_or(pod.ip, |(ip, _)| *ip);
     let status = json!({
         "conditions": [{"type": "Ready", "status": "True", "reason": "SandboxReady"}],
-        "sandbox": {"name": pod.name, "podIPs": [pod.ip.to_string()]},
+        "sandbox": {"name": pod.name, "podIPs": [stated.to_string()]},
     });
     s.resource_version += 1;
     let rv = s.resource_version.to_string();
@@ -703,10 +963,26 @@ async fn replenish(inner: Arc<Inner>) {
     if lock(&inner).warm.len() >= inner.warm_target {
         return;
     }
-    match start_pod(&inner, None).await {
+    match start_pod(&inner, PodCert::Own).await {
         Ok(p) => lock(&inner).warm.push_back(p),
         Err(e) => tracing::error!(error = %e, "fake controller could not replenish the pool"),
     }
+}
+
+/// A TCP relay from `from` to `to` (both loopback): every connection accepted at `from`
+/// is copied both ways to a new connection to `to`. Stops when the task is aborted.
+async fn relay(from: SocketAddr, to: SocketAddr) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(from).await?;
+    Ok(tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        while let Ok((mut a, _)) = listener.accept().await {
+            conns.spawn(async move {
+                if let Ok(mut b) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                }
+            });
+        }
+    }))
 }
 
 fn set_claim_status(inner: &Inner, claim: &str, status: Value) {

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::pem::{read_ca_file, CaFileError};
+use crate::pem::{read_ca_file, CaFileError, PairError};
 use crate::screen::alert_name;
 use crate::{provider, ALPN_H2};
 
@@ -68,9 +68,73 @@ pub struct ClientTls {
     config: Arc<ClientConfig>,
     server_name: ServerName<'static>,
     server_name_text: String,
+    identity: PodIdentity,
+    client_cert: Option<ClientPair>,
     ca_file: PathBuf,
     ca_count: usize,
     timeout: Duration,
+}
+
+/// The client certificate plimsolld presents (mutual TLS), as files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientPair {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key of the leaf.
+    pub key_file: PathBuf,
+}
+
+/// Everything a [`ClientTls`] is built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSpec {
+    /// The CA file the pods' certificates must chain to.
+    pub ca_file: PathBuf,
+    /// The name checked in a shared certificate ([`PodIdentity::Shared`]).
+    pub server_name: String,
+    /// What the pod's certificate must prove besides its chain.
+    pub identity: PodIdentity,
+    /// The client certificate to present, if any.
+    pub client_cert: Option<ClientPair>,
+}
+
+impl ClientSpec {
+    /// A shared-certificate, token-only spec: the CA file and the server name.
+    pub fn shared(ca_file: impl Into<PathBuf>, server_name: &str) -> ClientSpec {
+        ClientSpec {
+            ca_file: ca_file.into(),
+            server_name: server_name.to_owned(),
+            identity: PodIdentity::Shared,
+            client_cert: None,
+        }
+    }
+
+    /// The files a reload must watch: the CA file, then the client pair if any.
+    pub fn files(&self) -> Vec<PathBuf> {
+        let mut v = vec![self.ca_file.clone()];
+        if let Some(p) = &self.client_cert {
+            v.push(p.cert_file.clone());
+            v.push(p.key_file.clone());
+        }
+        v
+    }
+}
+
+/// Presents one fixed certificate to every server that asks.
+#[derive(Debug)]
+struct FixedClientCert(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for FixedClientCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
 }
 
 impl std::fmt::Debug for ClientTls {
@@ -79,6 +143,8 @@ impl std::fmt::Debug for ClientTls {
             .field("ca_file", &self.ca_file)
             .field("ca_count", &self.ca_count)
             .field("server_name", &self.server_name_text)
+            .field("identity", &self.identity)
+            .field("client_cert", &self.client_cert)
             .field("timeout", &self.timeout)
             .finish()
     }
@@ -97,6 +163,27 @@ pub enum ClientTlsError {
         /// The name given.
         name: String,
     },
+    /// The client certificate or key file cannot be read.
+    #[error("client certificate: cannot read {path}: {source}")]
+    ClientRead {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The client certificate and key do not make a usable pair (or the certificate is
+    /// outside its validity).
+    #[error("client certificate {cert} with key {key}: {source}", cert = .cert_file.display(), key = .key_file.display())]
+    ClientPair {
+        /// The certificate file.
+        cert_file: PathBuf,
+        /// The key file.
+        key_file: PathBuf,
+        /// Why (names labels and the certificate's summary, never key bytes).
+        #[source]
+        source: PairError,
+    },
 }
 
 impl ClientTls {
@@ -106,7 +193,16 @@ impl ClientTls {
         ca_file: impl AsRef<Path>,
         server_name: &str,
     ) -> Result<ClientTls, ClientTlsError> {
-        let ca_file = ca_file.as_ref();
+        ClientTls::build(&ClientSpec::shared(ca_file.as_ref(), server_name))
+    }
+
+    /// Builds the client from a whole spec: the CA file, what the pod's certificate must
+    /// prove ([`PodIdentity`]) and the client certificate to present (read and checked
+    /// now: a pair whose key does not match, or whose certificate is outside its validity,
+    /// is an error naming both files).
+    pub fn build(spec: &ClientSpec) -> Result<ClientTls, ClientTlsError> {
+        let ca_file = spec.ca_file.as_path();
+        let server_name = spec.server_name.as_str();
         let certs = read_ca_file(ca_file)?;
         let mut roots = RootCertStore::empty();
         for (i, c) in certs.iter().enumerate() {
@@ -123,11 +219,17 @@ impl ClientTls {
                 name: server_name.to_owned(),
             }
         })?;
-        let mut cfg = ClientConfig::builder_with_provider(provider())
+        let builder = ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .expect("the ring provider supports TLS 1.3")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let mut cfg = match &spec.client_cert {
+            None => builder.with_no_client_auth(),
+            Some(pair) => {
+                let key = load_client_pair(pair)?;
+                builder.with_client_cert_resolver(Arc::new(FixedClientCert(key)))
+            }
+        };
         cfg.alpn_protocols = vec![ALPN_H2.to_vec()];
         // Every connection verifies the pod's chain in full; no resumption across pods.
         cfg.resumption = rustls::client::Resumption::disabled();
@@ -136,6 +238,8 @@ impl ClientTls {
             config: Arc::new(cfg),
             server_name: name,
             server_name_text: server_name.to_owned(),
+            identity: spec.identity,
+            client_cert: spec.client_cert.clone(),
             ca_file: ca_file.to_owned(),
             ca_count: certs.len(),
             timeout: DEFAULT_HANDSHAKE_TIMEOUT,
@@ -158,9 +262,27 @@ impl ClientTls {
         self.ca_count
     }
 
-    /// The name checked in the server's certificate.
+    /// The name checked in the server's certificate (shared identity only).
     pub fn server_name(&self) -> &str {
         &self.server_name_text
+    }
+
+    /// What a pod's certificate must prove besides its chain.
+    pub fn identity(&self) -> PodIdentity {
+        self.identity
+    }
+
+    /// The client certificate presented, if any.
+    pub fn client_cert(&self) -> Option<&ClientPair> {
+        self.client_cert.as_ref()
+    }
+
+    /// What the pod at `addr` must carry, for messages: the server name, or the IP.
+    pub fn expected_name(&self, addr: SocketAddr) -> String {
+        match self.identity {
+            PodIdentity::Shared => self.server_name_text.clone(),
+            PodIdentity::Ip => format!("IP address {} (pod identity ip)", addr.ip()),
+        }
     }
 
     /// The rustls configuration (TLS 1.3, ALPN h2, the CA file's roots).
@@ -171,43 +293,190 @@ impl ClientTls {
     /// Dials `addr`, completes the TLS handshake and checks that `h2` was selected. No
     /// application byte is sent before this returns `Ok`, so every error here means the pod
     /// was sent nothing.
-    pub async fn connect(&self, addr: SocketAddr) -> Result<TlsStream<TcpStream>, ConnectError> {
+    ///
+    /// With a client certificate, TLS 1.3 lets the client finish its handshake before the
+    /// server has judged that certificate; so the client then waits for the server's
+    /// first bytes (sandboxd's HTTP/2 SETTINGS, which a server sends unasked) and returns
+    /// only once they came: a terminator that refused the certificate answers with an
+    /// alert instead, which is reported here as a failed handshake, with nothing sent.
+    pub async fn connect(&self, addr: SocketAddr) -> Result<ClientStream, ConnectError> {
         match tokio::time::timeout(self.timeout, self.connect_inner(addr)).await {
             Ok(r) => r,
             Err(_) => Err(ConnectError::Timeout {
                 addr,
                 after: self.timeout,
                 ca_file: self.ca_file.clone(),
-                server_name: self.server_name_text.clone(),
+                server_name: self.expected_name(addr),
             }),
         }
     }
 
-    async fn connect_inner(&self, addr: SocketAddr) -> Result<TlsStream<TcpStream>, ConnectError> {
+    async fn connect_inner(&self, addr: SocketAddr) -> Result<ClientStream, ConnectError> {
         let tcp = TcpStream::connect(addr)
             .await
             .map_err(|source| ConnectError::Connect { addr, source })?;
         let _ = tcp.set_nodelay(true);
         let connector = TlsConnector::from(self.config.clone());
+        // Per-pod identity: the name verified is the address dialed, so webpki requires
+        // an IP subject alternative name equal to it (and no SNI is sent).
+        let name = match self.identity {
+            PodIdentity::Shared => self.server_name.clone(),
+            PodIdentity::Ip => ServerName::IpAddress(addr.ip().into()),
+        };
         let tls = connector
-            .connect(self.server_name.clone(), tcp)
+            .connect(name, tcp)
             .await
             .map_err(|e| ConnectError::Handshake {
                 addr,
                 ca_file: self.ca_file.clone(),
-                server_name: self.server_name_text.clone(),
+                server_name: self.expected_name(addr),
                 reason: describe_client_io_error(&e),
             })?;
         if tls.get_ref().1.alpn_protocol() != Some(ALPN_H2) {
             return Err(ConnectError::Handshake {
                 addr,
                 ca_file: self.ca_file.clone(),
-                server_name: self.server_name_text.clone(),
+                server_name: self.expected_name(addr),
                 reason: "the server selected no ALPN protocol; h2 is required".into(),
             });
         }
-        Ok(tls)
+        let mut stream = ClientStream {
+            inner: tls,
+            pending: Vec::new(),
+            pos: 0,
+        };
+        if self.client_cert.is_some() {
+            use tokio::io::AsyncReadExt;
+            let mut buf = vec![0u8; 4096];
+            match stream.inner.read(&mut buf).await {
+                Ok(n) if n > 0 => {
+                    buf.truncate(n);
+                    stream.pending = buf;
+                }
+                Ok(_) => {
+                    return Err(self.client_cert_refused(
+                        addr,
+                        "the server closed the connection without a word".into(),
+                    ))
+                }
+                Err(e) => return Err(self.client_cert_refused(addr, describe_client_io_error(&e))),
+            }
+        }
+        Ok(stream)
     }
+
+    fn client_cert_refused(&self, addr: SocketAddr, why: String) -> ConnectError {
+        let cert = self
+            .client_cert
+            .as_ref()
+            .map(|p| p.cert_file.display().to_string())
+            .unwrap_or_default();
+        ConnectError::Handshake {
+            addr,
+            ca_file: self.ca_file.clone(),
+            server_name: self.expected_name(addr),
+            reason: format!(
+                "the pod did not accept plimsolld's client certificate {cert} ({why}); its PLIMSOLL_SANDBOXD_CLIENT_CA must hold the CA that signed it"
+            ),
+        }
+    }
+}
+
+/// A confirmed connection to a pod: the TLS stream, with whatever the server sent while
+/// the client waited for its acceptance of the client certificate handed back first.
+pub struct ClientStream {
+    inner: TlsStream<TcpStream>,
+    pending: Vec<u8>,
+    pos: usize,
+}
+
+impl std::fmt::Debug for ClientStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientStream")
+            .field("buffered", &(self.pending.len() - self.pos))
+            .finish()
+    }
+}
+
+impl ClientStream {
+    /// The TLS connection (peer certificates, ALPN, ...).
+    pub fn connection(&self) -> &rustls::ClientConnection {
+        self.inner.get_ref().1
+    }
+}
+
+impl tokio::io::AsyncRead for ClientStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if self.pos < self.pending.len() {
+            let n = buf.remaining().min(self.pending.len() - self.pos);
+            let start = self.pos;
+            buf.put_slice(&self.pending[start..start + n]);
+            self.pos += n;
+            if self.pos == self.pending.len() {
+                self.pending = Vec::new();
+                self.pos = 0;
+            }
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for ClientStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Reads and checks the client pair: PEM chain and key that match, the leaf inside its
+/// validity now.
+fn load_client_pair(pair: &ClientPair) -> Result<Arc<rustls::sign::CertifiedKey>, ClientTlsError> {
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|source| ClientTlsError::ClientRead {
+            path: path.to_owned(),
+            source,
+        })
+    };
+    let crt = read(&pair.cert_file)?;
+    let key = read(&pair.key_file)?;
+    let pair_error = |source| ClientTlsError::ClientPair {
+        cert_file: pair.cert_file.clone(),
+        key_file: pair.key_file.clone(),
+        source,
+    };
+    let ck = crate::pem::certified_key_from_pem(&crt, &key).map_err(pair_error)?;
+    crate::pem::check_validity(&ck.cert[0], std::time::SystemTime::now()).map_err(pair_error)?;
+    Ok(ck)
 }
 
 /// Why a pod could not be reached over a confirmed TLS channel. Every variant means nothing
@@ -277,6 +546,23 @@ fn describe_client_io_error(e: &std::io::Error) -> String {
 pub fn describe_client_error(e: &rustls::Error) -> String {
     use rustls::Error as E;
     match e {
+        E::InvalidCertificate(rustls::CertificateError::NotValidForNameContext {
+            expected,
+            presented,
+        }) => {
+            let expected = match expected {
+                ServerName::IpAddress(ip) => format!("IP address {}", std::net::IpAddr::from(*ip)),
+                other => format!("name {}", other.to_str()),
+            };
+            let carried = if presented.is_empty() {
+                "no subject alternative name at all".to_owned()
+            } else {
+                presented.join(", ")
+            };
+            format!(
+                "invalid peer certificate: NotValidForName: it does not carry {expected}; it carries {carried} (alert sent: bad_certificate)"
+            )
+        }
         E::InvalidCertificate(ce) => {
             let alert: rustls::AlertDescription = ce.clone().into();
             format!(

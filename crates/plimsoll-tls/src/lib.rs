@@ -10,15 +10,20 @@
 use std::sync::Arc;
 
 pub mod client;
+pub mod client_auth;
 pub mod pem;
 pub mod screen;
 pub mod server;
 pub mod supervise;
 pub mod terminator;
 
-pub use client::{ClientTls, ClientTlsError, ConnectError, PodIdentity, DEFAULT_SERVER_NAME};
+pub use client::{
+    ClientPair, ClientSpec, ClientStream, ClientTls, ClientTlsError, ConnectError, PodIdentity,
+    DEFAULT_SERVER_NAME,
+};
+pub use client_auth::{ClientCaFile, ClientCaReload, CLIENT_CA_VAR};
 pub use pem::{CaFileError, PairError};
-pub use server::{server_config, CertDir, RotatingCert};
+pub use server::{server_config, server_config_with, CertDir, RotatingCert};
 pub use terminator::{Terminator, TerminatorConfig};
 
 /// The one ALPN protocol the channel speaks: HTTP/2, for gRPC.

@@ -111,6 +111,16 @@ pub fn describe_server_error(e: &rustls::Error) -> String {
         E::NoApplicationProtocol => {
             "client offered ALPN without h2 (alert no_application_protocol)".into()
         }
+        E::NoCertificatesPresented => {
+            "client presented no certificate; one chaining to the client CA is required (alert certificate_required)".into()
+        }
+        E::InvalidCertificate(ce) => {
+            let alert: rustls::AlertDescription = ce.clone().into();
+            format!(
+                "client certificate refused: {ce:?} (alert {})",
+                alert_name(alert)
+            )
+        }
         E::PeerIncompatible(p) => format!("client incompatible: {p:?} (alert handshake_failure)"),
         E::InvalidMessage(m) => format!("malformed TLS message: {m:?} (alert decode_error)"),
         E::AlertReceived(a) => format!("client sent alert {}", alert_name(*a)),

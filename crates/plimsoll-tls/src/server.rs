@@ -47,18 +47,31 @@ impl ResolvesServerCert for RotatingCert {
 }
 
 /// The terminator's rustls configuration: TLS 1.3 only, ALPN exactly `["h2"]`, no client
-/// certificates, no session tickets (every connection proves the certificate afresh, and a
+/// certificates ([`server_config_with`] requires them), no session tickets (every connection proves the certificate afresh, and a
 /// rotated certificate is seen by the next connection, not the next full handshake).
 ///
 /// rustls refuses a client that offers ALPN without `h2` (`no_application_protocol`), but
 /// accepts one that offers no ALPN at all; [`crate::screen::check_established`] refuses that
 /// one after the handshake.
 pub fn server_config(cert: Arc<RotatingCert>) -> Arc<ServerConfig> {
-    let mut cfg = ServerConfig::builder_with_provider(provider())
+    server_config_with(cert, None)
+}
+
+/// [`server_config`], requiring a client certificate verified by `client` when given
+/// (mutual TLS: `PLIMSOLL_SANDBOXD_CLIENT_CA`). A client without one, or with one that
+/// does not chain to the client CA, fails the handshake, so nothing of it is forwarded.
+pub fn server_config_with(
+    cert: Arc<RotatingCert>,
+    client: Option<Arc<crate::client_auth::RotatingClientVerifier>>,
+) -> Arc<ServerConfig> {
+    let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
-        .expect("the ring provider supports TLS 1.3")
-        .with_no_client_auth()
-        .with_cert_resolver(cert);
+        .expect("the ring provider supports TLS 1.3");
+    let builder = match client {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut cfg = builder.with_cert_resolver(cert);
     cfg.alpn_protocols = vec![ALPN_H2.to_vec()];
     cfg.send_tls13_tickets = 0;
     cfg.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});

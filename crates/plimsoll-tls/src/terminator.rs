@@ -18,8 +18,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
+use crate::client_auth::{ClientCaFile, ClientCaReload};
 use crate::screen::{check_established, classify_prelude, describe_server_error, Prelude, Refused};
-use crate::server::{server_config, CertDir, CertDirError, ReloadOutcome};
+use crate::server::{server_config_with, CertDir, CertDirError, ReloadOutcome};
 
 /// Everything the terminator needs; [`TerminatorConfig::from_env`] reads it from the
 /// process environment in one place.
@@ -47,6 +48,9 @@ pub struct TerminatorConfig {
     pub reload_interval: Duration,
     /// How long sandboxd may take to accept connections at startup (default 30 s).
     pub startup_timeout: Duration,
+    /// `PLIMSOLL_SANDBOXD_CLIENT_CA`: when set, every client must present a certificate
+    /// chaining to a CA in this file before anything is forwarded (mutual TLS).
+    pub client_ca: Option<PathBuf>,
 }
 
 /// Names of the environment variables the terminator reads.
@@ -107,6 +111,10 @@ pub const VARIABLES: &[Variable] = &[
         env::STARTUP_TIMEOUT_MS,
         "wait for sandboxd to accept [30000]",
     ),
+    (
+        crate::client_auth::CLIENT_CA_VAR,
+        "PEM CA certificates a client certificate must chain to before a byte is forwarded (mutual TLS); re-read on change [unset: no client certificate asked]",
+    ),
 ];
 
 impl Default for TerminatorConfig {
@@ -122,6 +130,7 @@ impl Default for TerminatorConfig {
             drain_timeout: Duration::from_secs(20),
             reload_interval: Duration::from_secs(2),
             startup_timeout: Duration::from_secs(30),
+            client_ca: None,
         }
     }
 }
@@ -150,6 +159,7 @@ impl TerminatorConfig {
             drain_timeout: v.millis(env::DRAIN_TIMEOUT_MS, d.drain_timeout)?,
             reload_interval: v.millis(env::RELOAD_INTERVAL_MS, d.reload_interval)?,
             startup_timeout: v.millis(env::STARTUP_TIMEOUT_MS, d.startup_timeout)?,
+            client_ca: v.path(crate::client_auth::CLIENT_CA_VAR),
         })
     }
 }
@@ -161,6 +171,9 @@ pub enum TerminatorError {
     /// The Secret directory holds no usable pair.
     #[error("certificate directory: {0}")]
     CertDir(#[from] CertDirError),
+    /// The client CA file is unusable.
+    #[error("{var}: {0}", var = crate::client_auth::CLIENT_CA_VAR)]
+    ClientCa(#[from] crate::pem::CaFileError),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -265,6 +278,7 @@ pub struct Terminator {
     listener: TcpListener,
     cfg: TerminatorConfig,
     cert_dir: CertDir,
+    client_ca: Option<ClientCaFile>,
     shared: Arc<Shared>,
 }
 
@@ -287,6 +301,17 @@ impl Terminator {
                 cfg.cert_dir.display()
             );
         }
+        let client_ca = match &cfg.client_ca {
+            Some(path) => {
+                let (f, n) = ClientCaFile::open(path)?;
+                tracing::info!(
+                    "mutual TLS: clients must present a certificate chaining to one of {n} CA certificate(s) in {}",
+                    path.display()
+                );
+                Some(f)
+            }
+            None => None,
+        };
         let listener =
             TcpListener::bind(cfg.listen)
                 .await
@@ -295,7 +320,10 @@ impl Terminator {
                     source,
                 })?;
         let shared = Arc::new(Shared {
-            acceptor: TlsAcceptor::from(server_config(cert_dir.cert())),
+            acceptor: TlsAcceptor::from(server_config_with(
+                cert_dir.cert(),
+                client_ca.as_ref().map(ClientCaFile::verifier),
+            )),
             established: Arc::new(Semaphore::new(cfg.max_connections)),
             max_connections: cfg.max_connections,
             upstream: cfg.upstream,
@@ -309,6 +337,7 @@ impl Terminator {
             listener,
             cfg,
             cert_dir,
+            client_ca,
             shared,
         })
     }
@@ -332,6 +361,7 @@ impl Terminator {
             listener,
             cfg,
             mut cert_dir,
+            mut client_ca,
             shared,
         } = self;
         let reload = tokio::spawn(async move {
@@ -351,6 +381,18 @@ impl Terminator {
                     ReloadOutcome::Unchanged | ReloadOutcome::Pending => {}
                     #[allow(unreachable_patterns)]
                     _ => {}
+                }
+                if let Some(ca) = client_ca.as_mut() {
+                    match ca.poll() {
+                        ClientCaReload::Reloaded(n) => tracing::info!(
+                            "reloaded the client CA file {}: {n} CA certificate(s); new connections are checked against it",
+                            ca.path().display()
+                        ),
+                        ClientCaReload::Rejected(e) => tracing::error!(
+                            "the changed client CA file cannot be used, still checking clients against the previous one: {e}"
+                        ),
+                        _ => {}
+                    }
                 }
             }
         });

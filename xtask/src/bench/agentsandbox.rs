@@ -145,8 +145,12 @@ async fn measure(opts: Options, bin_dir: PathBuf) -> anyhow::Result<()> {
     // Baseline: the same payload on an open TLS channel to one pod.
     let addr = cluster.standalone_pod().await?;
     let cfg = cluster.provider_config();
-    let client_tls = plimsoll_tls::ClientTls::from_ca_file(&cfg.ca_file, &cfg.server_name)?;
-    let token = plimsoll_sandboxd::Token::read_file(&cfg.token_file)?;
+    let client_tls = plimsoll_tls::ClientTls::build(&cfg.client_spec())?;
+    let token = plimsoll_sandboxd::Token::read_file(
+        cfg.token_file
+            .as_ref()
+            .context("the fake cluster has a token file")?,
+    )?;
     let client = plimsoll_sandboxd::SandboxdClient::connect_tls(&client_tls, addr, &token).await?;
     let payload = match work(opts.js) {
         Work::Javascript(j) => execute_request::Payload::Javascript(j),

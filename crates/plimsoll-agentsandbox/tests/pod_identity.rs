@@ -1,0 +1,252 @@
+//! Per-pod identity and mutual TLS on the fake cluster with real terminators and sandboxds:
+//! each pod serves its own certificate carrying its loopback address (written as
+//! cert-manager's CSI driver writes it), every terminator requires plimsolld's client
+//! certificate, and the provider checks the address it dialed. Misbehaving pods (a
+//! redirect to another pod, another pod's certificate, a certificate without the IP) are
+//! refused before anything is sent, which the pods' sandboxd call counts prove.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use plimsoll_agentsandbox::{AgentSandboxConfig, AgentSandboxProvider};
+use plimsoll_core::{pb, Reason};
+use plimsoll_provider::{Answer, Provider, ProviderError, Work};
+use plimsoll_sandboxd::{SandboxdClient, Token};
+use plimsoll_testkit::ca::Ca;
+use plimsoll_testkit::fake_cluster::{self as fake, FakeCluster, FakeClusterOptions, PodMode};
+use plimsoll_tls::{ClientPair, ClientSpec, ClientTls, PodIdentity};
+
+fn bins() -> PathBuf {
+    fake::sandboxd_binaries().expect("build the sandboxd binaries")
+}
+
+async fn per_pod_cluster() -> FakeCluster {
+    FakeCluster::start(FakeClusterOptions::per_pod(bins()))
+        .await
+        .expect("start the fake cluster")
+}
+
+async fn started(cfg: AgentSandboxConfig) -> AgentSandboxProvider {
+    let p = AgentSandboxProvider::new(cfg).expect("provider");
+    p.start().await.expect("startup checks and smoke test");
+    p
+}
+
+fn echo(text: &str) -> Work {
+    Work::Project(pb::ProjectRun {
+        steps: vec![format!("echo {text}")],
+        ..Default::default()
+    })
+}
+
+const T: Duration = Duration::from_secs(20);
+
+/// Runs `echo`, expecting a refusal marked `environment`; returns its message.
+async fn refused(p: &AgentSandboxProvider) -> String {
+    let (out, phases) = p.run_timed(echo("never"), T).await;
+    match out {
+        Err(ProviderError::Refused(r)) => {
+            assert_eq!(r.reason, Reason::Environment, "{}", r.message);
+            assert!(phases.deleted, "the claim was not deleted");
+            r.message
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn per_pod_identity_accepts_the_right_pod_and_refuses_a_redirect_with_nothing_sent() {
+    let c = per_pod_cluster().await;
+    let cfg = c.provider_config();
+    assert_eq!(cfg.pod_identity, PodIdentity::Ip);
+    assert!(cfg.client_cert.is_some());
+    let p = started(cfg).await;
+
+    let (out, phases) = p.run_timed(echo("right-pod"), T).await;
+    let Ok(Answer::Project(r)) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(r.steps[0].stdout, b"right-pod\n");
+    assert!(phases.pod.is_some());
+
+    // The claim's status names an address where another pod of the deployment answers
+    // (same CA, its own correct certificate for its own address).
+    c.set_mode(PodMode::Redirect);
+    let before = c.sandboxd_calls();
+    let (out, phases) = p.run_timed(echo("redirected"), T).await;
+    let Err(ProviderError::Refused(r)) = out else {
+        panic!("a redirect to another pod must be refused: {out:?}")
+    };
+    assert_eq!(r.reason, Reason::Environment, "{}", r.message);
+    let dialed = phases.pod.expect("an address was dialed").ip().to_string();
+    let m = &r.message;
+    assert!(m.contains("could not be confirmed"), "{m}");
+    assert!(
+        m.contains(&format!("does not carry IP address {dialed}")),
+        "the message names the IP dialed: {m}"
+    );
+    assert!(
+        m.contains("it carries IpAddress(") && !m.contains(&format!("IpAddress({dialed})")),
+        "the message names what the certificate carried: {m}"
+    );
+    assert_eq!(
+        c.sandboxd_calls(),
+        before,
+        "a redirected pod received a call"
+    );
+
+    // Back to normal pods: accepted again.
+    c.set_mode(PodMode::Serve);
+    let (out, _) = p.run_timed(echo("again"), T).await;
+    assert!(matches!(out, Ok(Answer::Project(_))), "{out:?}");
+    let n = c.counts();
+    assert_eq!((n.created, n.deleted, n.live), (4, 4, 0), "{n:?}");
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_certificate_without_the_ip_or_for_another_pod_is_refused() {
+    let c = per_pod_cluster().await;
+    let p = started(c.provider_config()).await;
+
+    c.set_mode(PodMode::CertWithoutIp);
+    let before = c.sandboxd_calls();
+    let m = refused(&p).await;
+    assert!(m.contains("does not carry IP address 127."), "{m}");
+    assert!(
+        m.contains(&format!(
+            "it carries DnsName(\"{}\")",
+            plimsoll_tls::DEFAULT_SERVER_NAME
+        )),
+        "{m}"
+    );
+    assert_eq!(c.sandboxd_calls(), before);
+
+    c.set_mode(PodMode::OtherPodCert);
+    let m = refused(&p).await;
+    assert!(m.contains("it carries IpAddress(127."), "{m}");
+    assert_eq!(c.sandboxd_calls(), before);
+
+    // Control: the same provider in shared mode would have accepted the name-only
+    // certificate (it chains and carries the name), so it is the IP check that refused.
+    let mut shared = c.provider_config();
+    shared.pod_identity = PodIdentity::Shared;
+    let p2 = AgentSandboxProvider::new(shared).unwrap();
+    let tls = ClientTls::build(&p2.config().client_spec()).unwrap();
+    assert_eq!(tls.identity(), PodIdentity::Shared);
+    c.shutdown().await;
+}
+
+fn client(c: &FakeCluster, pair: Option<ClientPair>) -> ClientTls {
+    let cfg = c.provider_config();
+    ClientTls::build(&ClientSpec {
+        client_cert: pair,
+        ..cfg.client_spec()
+    })
+    .unwrap()
+}
+
+fn token(c: &FakeCluster) -> Token {
+    Token::read_file(&c.token_file()).unwrap()
+}
+
+/// The DER of the certificate a fresh handshake with `addr` gets.
+async fn served_cert(tls: &ClientTls, addr: std::net::SocketAddr) -> Vec<u8> {
+    let s = tls.connect(addr).await.expect("handshake");
+    s.connection().peer_certificates().unwrap()[0].to_vec()
+}
+
+#[tokio::test]
+async fn a_renewed_per_pod_certificate_keeps_open_connections_and_serves_the_next_one() {
+    let c = per_pod_cluster().await;
+    let addr = c.standalone_pod().await.unwrap();
+    let tls = client(&c, c.client_pair());
+    let open = SandboxdClient::connect_tls(&tls, addr, &token(&c))
+        .await
+        .unwrap();
+    open.health().await.unwrap();
+    let old = served_cert(&tls, addr).await;
+
+    let rotated = c.rotate_pod_certs();
+    let new = rotated
+        .iter()
+        .find(|(a, _)| *a == addr)
+        .map(|(_, der)| der.clone())
+        .expect("the standalone pod was renewed");
+    assert_ne!(old, new);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while served_cert(&tls, addr).await != new {
+        assert!(Instant::now() < deadline, "the renewal was never served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The connection opened before the renewal still works, without a new dial.
+    open.health().await.unwrap();
+    assert_eq!(
+        open.dials(),
+        1,
+        "the open connection was dropped and redialed"
+    );
+    // And a new channel verifies the new certificate against the same address.
+    let next = SandboxdClient::connect_tls(&tls, addr, &token(&c))
+        .await
+        .unwrap();
+    next.health().await.unwrap();
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_plimsollds_client_certificate_no_byte_reaches_sandboxd() {
+    let c = per_pod_cluster().await;
+    let addr = c.standalone_pod().await.unwrap();
+    let before = c.sandboxd_calls();
+
+    // No client certificate at all (plimsolld configured without one): the call fails.
+    // Such a client does not wait for the terminator's verdict, so it cannot tell that
+    // nothing was forwarded; the pod's count shows it.
+    let bare = client(&c, None);
+    let res = match SandboxdClient::connect_tls(&bare, addr, &token(&c)).await {
+        Ok(cl) => cl.health().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    assert!(res.is_err(), "a client without a certificate got an answer");
+
+    // A client certificate from another CA.
+    let other = Ca::unique("not the pods' client CA");
+    let leaf = other.client_leaf("plimsolld.plimsoll.invalid");
+    let dir = c.scratch();
+    let pair = ClientPair {
+        cert_file: dir.join("foreign-client.crt"),
+        key_file: dir.join("foreign-client.key"),
+    };
+    std::fs::write(&pair.cert_file, &leaf.cert_pem).unwrap();
+    std::fs::write(&pair.key_file, &leaf.key_pem).unwrap();
+    let foreign = client(&c, Some(pair));
+    // With a certificate, the client waits for the terminator's verdict: refused before
+    // anything was sent, marked, naming the certificate and the client CA.
+    let err = SandboxdClient::connect_tls(&foreign, addr, &token(&c))
+        .await
+        .expect_err("a certificate from another CA must be refused");
+    assert_eq!(err.not_dispatched(), Some(Reason::Environment), "{err}");
+    let m = err.to_string();
+    assert!(
+        m.contains("did not accept plimsolld's client certificate")
+            && m.contains("PLIMSOLL_SANDBOXD_CLIENT_CA"),
+        "{m}"
+    );
+    // Give the terminator time to forward anything it would have forwarded.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        c.sandboxd_calls(),
+        before,
+        "sandboxd received a call from a client without the right certificate"
+    );
+
+    // Control: plimsolld's own certificate gets through, and the call is counted.
+    let good = client(&c, c.client_pair());
+    let cl = SandboxdClient::connect_tls(&good, addr, &token(&c))
+        .await
+        .unwrap();
+    cl.health().await.unwrap();
+    assert_eq!(c.sandboxd_calls(), before + 1);
+    c.shutdown().await;
+}
