@@ -7,8 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::{Component, Path};
 
-use k8s_openapi::api::core::v1::{Container, PodSecurityContext, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, EnvVar, PodSecurityContext, PodTemplateSpec, Volume};
 use k8s_openapi::api::networking::v1::{
     NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer,
 };
@@ -41,6 +42,24 @@ pub const ALLOWED_CAPABILITIES: [&str; 6] = [
     "SETGID",
     "SETUID",
 ];
+
+/// cert-manager's CSI driver: it makes each pod's key on its node and has cert-manager issue
+/// a certificate for it (`SANDBOX_AGENTSANDBOX_POD_IDENTITY=ip`).
+pub const CSI_DRIVER: &str = "csi.cert-manager.io";
+/// The prefix of the CSI driver's volume attributes.
+pub const CSI_ATTRIBUTE_PREFIX: &str = "csi.cert-manager.io/";
+/// The per-pod certificate's IP SAN, exactly as written in the template: the pod's own
+/// address, which plimsolld dials and checks.
+pub const POD_IP_SANS: &str = "${POD_IP}";
+/// The longest a per-pod certificate may be issued for, in seconds (24 hours): a key or
+/// certificate taken from a pod is worthless within a day.
+pub const MAX_POD_CERT_SECS: u64 = 24 * 3600;
+/// The terminator's certificate directory variable; in per-pod mode it must be unset or
+/// [`SECRET_MOUNT`], where the CSI volume is.
+pub const TLS_DIR_VAR: &str = plimsoll_tls::terminator::env::DIR;
+/// The terminator's variable naming the CA file a client certificate must chain to (the
+/// same name as `plimsoll_tls::CLIENT_CA_VAR`).
+pub const CLIENT_CA_VAR: &str = "PLIMSOLL_SANDBOXD_CLIENT_CA";
 
 /// What kind of difference was found. The names are stable: they appear in startup
 /// errors and operators may search for them.
@@ -80,6 +99,33 @@ pub enum DriftKind {
     WarmPool,
     /// Sessions are on and sandboxd does not run with `--session`.
     Session,
+    /// Per-pod identity: the volume at `/etc/plimsoll/sandboxd-tls` is not a CSI volume of
+    /// [`CSI_DRIVER`].
+    CsiVolume,
+    /// Per-pod identity: the CSI volume's `ip-sans` is not exactly [`POD_IP_SANS`].
+    IpSans,
+    /// Per-pod identity: no `issuer-name`, or an `issuer-kind` other than `Issuer` or
+    /// `ClusterIssuer`.
+    Issuer,
+    /// Per-pod identity: `certificate-file`/`privatekey-file` name other files than the
+    /// `tls.crt`/`tls.key` the terminator reads.
+    CertFiles,
+    /// Per-pod identity: `fs-group` is set, which would make the key readable to a group.
+    FsGroup,
+    /// Per-pod identity: `is-ca` is not false.
+    IsCa,
+    /// Per-pod identity: `pkcs12-enable` is not false.
+    Pkcs12,
+    /// Per-pod identity: `duration` is missing, not a duration, or longer than 24 hours.
+    CertDuration,
+    /// Per-pod identity: `reuse-private-key` is not false.
+    ReusePrivateKey,
+    /// Per-pod identity: the terminator is pointed at another certificate directory.
+    TlsDir,
+    /// The terminator's client CA (`PLIMSOLL_SANDBOXD_CLIENT_CA`) is missing or not a file
+    /// of a read-only ConfigMap, Secret or projected mount, or is set while plimsolld has no
+    /// client certificate.
+    ClientCa,
 }
 
 impl DriftKind {
@@ -101,6 +147,17 @@ impl DriftKind {
             DriftKind::RunAs => "run-as",
             DriftKind::WarmPool => "warm-pool",
             DriftKind::Session => "session",
+            DriftKind::CsiVolume => "csi-volume",
+            DriftKind::IpSans => "ip-sans",
+            DriftKind::Issuer => "issuer",
+            DriftKind::CertFiles => "cert-files",
+            DriftKind::FsGroup => "fs-group",
+            DriftKind::IsCa => "is-ca",
+            DriftKind::Pkcs12 => "pkcs12",
+            DriftKind::CertDuration => "cert-duration",
+            DriftKind::ReusePrivateKey => "reuse-private-key",
+            DriftKind::TlsDir => "tls-dir",
+            DriftKind::ClientCa => "client-ca",
         }
     }
 }
@@ -185,26 +242,35 @@ pub struct Channel {
     pub client_certs: bool,
 }
 
-/// [`read_back`] for a channel that is not the default (shared certificate, token only).
+/// Reads a template back against the requirements of the default channel (one shared
+/// certificate, no client certificates): [`read_back_with`] with [`Channel::default`].
+/// `warm_pool` is the pool's name and object (checked to use this template); `policies` are
+/// the NetworkPolicies of the template's namespace (those selecting its pods are checked).
+pub fn read_back(
+    template_name: &str,
+    template: &Value,
+    warm_pool: Option<(&str, &Value)>,
+    policies: &[Value],
+) -> ReadBack {
+    read_back_with(
+        template_name,
+        template,
+        warm_pool,
+        policies,
+        &Channel::default(),
+    )
+}
+
+/// Reads a template back against the requirements of `channel`: with
+/// [`plimsoll_tls::PodIdentity::Ip`] the certificate directory must be a cert-manager CSI
+/// volume issuing each pod a short-lived certificate for its own IP; with `client_certs`
+/// the terminator must require a client certificate from a CA file of its own.
 pub fn read_back_with(
     template_name: &str,
     template: &Value,
     warm_pool: Option<(&str, &Value)>,
     policies: &[Value],
     channel: &Channel,
-) -> ReadBack {
-    let _ = channel;
-    read_back(template_name, template, warm_pool, policies)
-}
-
-/// Reads a template back against the requirements. `warm_pool` is the pool's name and
-/// object (checked to use this template); `policies` are the NetworkPolicies of the
-/// template's namespace (those selecting its pods are checked).
-pub fn read_back(
-    template_name: &str,
-    template: &Value,
-    warm_pool: Option<(&str, &Value)>,
-    policies: &[Value],
 ) -> ReadBack {
     let mut out = ReadBack {
         drifts: Vec::new(),
@@ -317,8 +383,14 @@ pub fn read_back(
         out.image = out.image.take().or_else(|| c.image.clone());
         let args: Vec<String> = argv(c).into_iter().skip(1).collect();
         out.drifts.extend(flag_drifts(&c.name, &args));
+        let volumes = spec.volumes.clone().unwrap_or_default();
         out.drifts
-            .extend(mount_drifts(c, &spec.volumes.clone().unwrap_or_default()));
+            .extend(mount_drifts(c, &volumes, channel.pod_identity));
+        if channel.pod_identity == plimsoll_tls::PodIdentity::Ip {
+            out.drifts.extend(tls_dir_drifts(c));
+        }
+        out.drifts
+            .extend(client_ca_drifts(c, &volumes, channel.client_certs));
         out.drifts
             .extend(user_drifts(c, &args, spec.security_context.as_ref()));
     }
@@ -529,7 +601,12 @@ pub fn flag_drifts(container: &str, args: &[String]) -> Vec<Drift> {
     out
 }
 
-fn mount_drifts(c: &Container, volumes: &[k8s_openapi::api::core::v1::Volume]) -> Vec<Drift> {
+fn mount_drifts(
+    c: &Container,
+    volumes: &[Volume],
+    identity: plimsoll_tls::PodIdentity,
+) -> Vec<Drift> {
+    let per_pod = identity == plimsoll_tls::PodIdentity::Ip;
     let mut out = Vec::new();
     let mounts: Vec<_> = c
         .volume_mounts
@@ -538,9 +615,14 @@ fn mount_drifts(c: &Container, volumes: &[k8s_openapi::api::core::v1::Volume]) -
         .filter(|m| m.mount_path.trim_end_matches('/') == SECRET_MOUNT)
         .collect();
     let Some(m) = mounts.first() else {
+        let what = if per_pod {
+            "the cert-manager CSI volume (SANDBOX_AGENTSANDBOX_POD_IDENTITY=ip)"
+        } else {
+            "the kubernetes.io/tls Secret"
+        };
         out.push(drift(
             DriftKind::SecretMount,
-            format!("container {}: nothing is mounted at {SECRET_MOUNT}; mount the kubernetes.io/tls Secret there, readOnly: true", c.name),
+            format!("container {}: nothing is mounted at {SECRET_MOUNT}; mount {what} there, readOnly: true", c.name),
         ));
         return out;
     };
@@ -556,18 +638,34 @@ fn mount_drifts(c: &Container, volumes: &[k8s_openapi::api::core::v1::Volume]) -
     if m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
         || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
     {
+        let what = if per_pod {
+            "renewed certificate"
+        } else {
+            "rotated Secret"
+        };
         out.push(drift(
             DriftKind::SecretMount,
-            format!("container {}: the mount at {SECRET_MOUNT} uses subPath, which never sees a rotated Secret; mount the whole volume", c.name),
+            format!("container {}: the mount at {SECRET_MOUNT} uses subPath, which never sees a {what}; mount the whole volume", c.name),
         ));
     }
     let Some(v) = volumes.iter().find(|v| v.name == m.name) else {
         out.push(drift(
-            DriftKind::SecretVolume,
+            if per_pod { DriftKind::CsiVolume } else { DriftKind::SecretVolume },
             format!("container {}: the mount at {SECRET_MOUNT} names volume {:?}, which the pod does not define", c.name, m.name),
         ));
         return out;
     };
+    if per_pod {
+        out.extend(csi_drifts(v));
+        return out;
+    }
+    if let Some(csi) = &v.csi {
+        out.push(drift(
+            DriftKind::SecretVolume,
+            format!("volume {} mounted at {SECRET_MOUNT} is a CSI volume (driver {:?}), which gives each pod a certificate of its own, and plimsolld is in shared mode, where every pod serves one Secret's certificate; set SANDBOX_AGENTSANDBOX_POD_IDENTITY=ip for per-pod certificates, or use secret: {{secretName: …}}", v.name, csi.driver),
+        ));
+        return out;
+    }
     let Some(secret) = &v.secret else {
         out.push(drift(
             DriftKind::SecretVolume,
@@ -602,6 +700,309 @@ fn mount_drifts(c: &Container, volumes: &[k8s_openapi::api::core::v1::Volume]) -
                 ),
             ));
         }
+    }
+    out
+}
+
+/// What kind of volume this is (`secret`, `csi`, `emptyDir`, …), for messages.
+fn volume_kind(v: &Volume) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::Object(o)) => o
+            .keys()
+            .find(|k| *k != "name")
+            .cloned()
+            .unwrap_or_else(|| "empty".to_owned()),
+        _ => "unknown".to_owned(),
+    }
+}
+
+/// The per-pod certificate volume: cert-manager's CSI driver, read-only, issuing for the
+/// pod's own IP from a named issuer, for at most a day, a fresh key each time, written as
+/// `tls.crt`/`tls.key` readable only to root (no `fs-group`), never a CA.
+fn csi_drifts(v: &Volume) -> Vec<Drift> {
+    let name = &v.name;
+    let Some(csi) = &v.csi else {
+        return vec![drift(
+            DriftKind::CsiVolume,
+            format!("volume {name} mounted at {SECRET_MOUNT} is a {} volume; with SANDBOX_AGENTSANDBOX_POD_IDENTITY=ip each pod needs its own certificate for its IP: use csi: {{driver: {CSI_DRIVER}, readOnly: true, volumeAttributes: {{csi.cert-manager.io/issuer-name: …, csi.cert-manager.io/ip-sans: \"{POD_IP_SANS}\", csi.cert-manager.io/duration: 24h}}}}", volume_kind(v)),
+        )];
+    };
+    let mut out = Vec::new();
+    if csi.driver != CSI_DRIVER {
+        out.push(drift(
+            DriftKind::CsiVolume,
+            format!("volume {name}: the CSI driver is {:?}; it must be {CSI_DRIVER} (cert-manager's csi-driver, which makes each pod's key on its node and has it certified for the pod's IP)", csi.driver),
+        ));
+    }
+    if csi.read_only != Some(true) {
+        out.push(drift(
+            DriftKind::ReadOnly,
+            format!(
+                "volume {name}: the CSI volume's readOnly is {}; set csi.readOnly: true",
+                csi.read_only
+                    .map_or("not set".to_owned(), |r| r.to_string())
+            ),
+        ));
+    }
+    let attrs = csi.volume_attributes.clone().unwrap_or_default();
+    // The driver treats an empty value as unset (it fills in its default).
+    let get = |key: &str| {
+        attrs
+            .get(&format!("{CSI_ATTRIBUTE_PREFIX}{key}"))
+            .filter(|v| !v.is_empty())
+            .map(String::as_str)
+    };
+    let attr = |key: &str| format!("volume {name}: {CSI_ATTRIBUTE_PREFIX}{key}");
+    match get("ip-sans") {
+        Some(POD_IP_SANS) => {}
+        found => out.push(drift(
+            DriftKind::IpSans,
+            format!(
+                "{} is {}; it must be exactly \"{POD_IP_SANS}\" (the pod's own address, the one plimsolld dials and checks in the certificate)",
+                attr("ip-sans"),
+                found.map_or("not set".to_owned(), |v| format!("{v:?}"))
+            ),
+        )),
+    }
+    if get("issuer-name").is_none_or(|v| v.trim().is_empty()) {
+        out.push(drift(
+            DriftKind::Issuer,
+            format!("{} is not set; name the cert-manager Issuer whose CA plimsolld trusts (SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE)", attr("issuer-name")),
+        ));
+    }
+    if let Some(kind) = get("issuer-kind").filter(|k| !["Issuer", "ClusterIssuer"].contains(k)) {
+        out.push(drift(
+            DriftKind::Issuer,
+            format!(
+                "{} is {kind:?}; it must be Issuer (the default) or ClusterIssuer",
+                attr("issuer-kind")
+            ),
+        ));
+    }
+    for (key, file) in [
+        ("certificate-file", "tls.crt"),
+        ("privatekey-file", "tls.key"),
+    ] {
+        if let Some(found) = get(key).filter(|f| *f != file) {
+            out.push(drift(
+                DriftKind::CertFiles,
+                format!(
+                    "{} is {found:?}; the terminator reads {file}: remove it or set it to {file}",
+                    attr(key)
+                ),
+            ));
+        }
+    }
+    // Strict: any fs-group at all, even empty.
+    if let Some(group) = attrs.get(&format!("{CSI_ATTRIBUTE_PREFIX}fs-group")) {
+        out.push(drift(
+            DriftKind::FsGroup,
+            format!("{} is {group:?}, which makes the key readable to that group, and the code runs as a user and group of its own (--run-as) that must never read it; remove it (the driver then writes the files 0440, owned by root)", attr("fs-group")),
+        ));
+    }
+    for (key, kind, why) in [
+        (
+            "is-ca",
+            DriftKind::IsCa,
+            "a pod's certificate must not be a CA (its key could certify any address)",
+        ),
+        (
+            "pkcs12-enable",
+            DriftKind::Pkcs12,
+            "the terminator reads PEM files, and a keystore is one more copy of the key",
+        ),
+        (
+            "reuse-private-key",
+            DriftKind::ReusePrivateKey,
+            "every renewal must make a new key",
+        ),
+    ] {
+        if let Some(found) = get(key).filter(|v| *v != "false") {
+            out.push(drift(
+                kind,
+                format!(
+                    "{} is {found:?}; {why}: remove it or set \"false\"",
+                    attr(key)
+                ),
+            ));
+        }
+    }
+    let max_hours = MAX_POD_CERT_SECS / 3600;
+    let problem = match get("duration") {
+        None => Some(format!("is not set, so cert-manager issues for 90 days (2160h); set it to at most {max_hours}h")),
+        Some(d) => match parse_go_duration(d) {
+            None => Some(format!("is {d:?}, which is not a duration (write it as Go does: 24h, 1h30m, 90m, 3600s)")),
+            Some(ns) if ns <= 0 => Some(format!("is {d:?}; it must be positive and at most {max_hours}h")),
+            Some(ns) if ns > i128::from(MAX_POD_CERT_SECS) * 1_000_000_000 => Some(format!(
+                "is {d:?} ({:.1} hours); it must be at most {max_hours}h, so a certificate taken from a pod is worthless within a day",
+                ns as f64 / 3.6e12
+            )),
+            Some(_) => None,
+        },
+    };
+    if let Some(problem) = problem {
+        out.push(drift(
+            DriftKind::CertDuration,
+            format!("{} {problem}", attr("duration")),
+        ));
+    }
+    out
+}
+
+/// A Go duration (`time.ParseDuration`: `24h`, `1h30m`, `1.5h`, `90m`, `3600s`, `300ms`, an
+/// optional sign, `0`), in nanoseconds; `None` when it is not one.
+pub fn parse_go_duration(s: &str) -> Option<i128> {
+    let (negative, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let digits = |r: &str| r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len());
+    let mut total: i128 = 0;
+    while !rest.is_empty() {
+        let (whole, r) = rest.split_at(digits(rest));
+        let (fraction, r) = match r.strip_prefix('.') {
+            Some(r) => r.split_at(digits(r)),
+            None => ("", r),
+        };
+        if whole.is_empty() && fraction.is_empty() {
+            return None;
+        }
+        let (unit, r) = r.split_at(
+            r.find(|c: char| c == '.' || c.is_ascii_digit())
+                .unwrap_or(r.len()),
+        );
+        let scale: i128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60 * 1_000_000_000,
+            "h" => 3_600 * 1_000_000_000,
+            _ => return None,
+        };
+        let mut value = if whole.is_empty() {
+            0
+        } else {
+            whole.parse::<i128>().ok()?.checked_mul(scale)?
+        };
+        // Nanoseconds are the finest unit: further digits cannot count.
+        let fraction = &fraction[..fraction.len().min(18)];
+        if !fraction.is_empty() {
+            let f: i128 = fraction.parse().ok()?;
+            value = value.checked_add(f * scale / 10i128.pow(fraction.len() as u32))?;
+        }
+        total = total.checked_add(value)?;
+        rest = r;
+    }
+    Some(if negative { -total } else { total })
+}
+
+/// The container's entries for one variable.
+fn env_entries<'a>(c: &'a Container, name: &str) -> Vec<&'a EnvVar> {
+    c.env.iter().flatten().filter(|e| e.name == name).collect()
+}
+
+/// Per-pod identity: the terminator must read the CSI volume's directory (the default).
+fn tls_dir_drifts(c: &Container) -> Vec<Drift> {
+    env_entries(c, TLS_DIR_VAR)
+        .into_iter()
+        .filter_map(|e| {
+            let found = match (&e.value_from, e.value.as_deref()) {
+                (Some(_), _) => "set from valueFrom".to_owned(),
+                (None, Some(v)) if Path::new(v) == Path::new(SECRET_MOUNT) => return None,
+                (None, v) => format!("{:?}", v.unwrap_or("")),
+            };
+            Some(drift(
+                DriftKind::TlsDir,
+                format!("container {}: {TLS_DIR_VAR} is {found}, so the terminator would not serve the pod's own certificate mounted at {SECRET_MOUNT}; remove it (the default is {SECRET_MOUNT})", c.name),
+            ))
+        })
+        .collect()
+}
+
+/// With client certificates, the terminator must be given a CA file to check them against
+/// (`PLIMSOLL_SANDBOXD_CLIENT_CA`): a literal absolute path to a file of a read-only
+/// ConfigMap, Secret or projected mount of its own, never the certificate directory, whose
+/// `ca.crt` is the CA of every pod's certificate. Without them, the template must not set it.
+fn client_ca_drifts(c: &Container, volumes: &[Volume], client_certs: bool) -> Vec<Drift> {
+    let bad = |problem: String| {
+        vec![drift(
+            DriftKind::ClientCa,
+            format!("container {}: {problem}", c.name),
+        )]
+    };
+    let entries = env_entries(c, CLIENT_CA_VAR);
+    if !client_certs {
+        if entries.is_empty() {
+            return Vec::new();
+        }
+        return bad(format!("{CLIENT_CA_VAR} is set, so the pods require a client certificate, and plimsolld has none configured; set SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE and SANDBOX_AGENTSANDBOX_CLIENT_KEY_FILE, or remove {CLIENT_CA_VAR} from the template"));
+    }
+    let need = format!("set {CLIENT_CA_VAR} to a file of a read-only ConfigMap mount, e.g. value: /etc/plimsoll/sandboxd-client-ca/ca.crt with the ConfigMap plimsoll-sandboxd-client-ca mounted there, readOnly: true");
+    let e = match entries.as_slice() {
+        [] => return bad(format!("plimsolld presents a client certificate (SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE) and the terminator's env has no {CLIENT_CA_VAR}, so the pods would not ask for one; {need}")),
+        [one] => *one,
+        many => return bad(format!("{CLIENT_CA_VAR} is given {} times; give it once", many.len())),
+    };
+    if e.value_from.is_some() {
+        return bad(format!(
+            "{CLIENT_CA_VAR} is set from valueFrom, which the read-back cannot check; {need}"
+        ));
+    }
+    let path = e.value.as_deref().unwrap_or("");
+    if !path.starts_with('/')
+        || Path::new(path)
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+    {
+        return bad(format!(
+            "{CLIENT_CA_VAR} is {path:?}, not an absolute path without . or ..; {need}"
+        ));
+    }
+    if Path::new(path).starts_with(SECRET_MOUNT) {
+        return bad(format!("{CLIENT_CA_VAR} is {path:?}, in {SECRET_MOUNT}, the pod's own certificate directory, whose CA is every pod's; trusting it for clients would let pods in; keep the client CA in a mount of its own: {need}"));
+    }
+    // The deepest mount holding the file is where it comes from.
+    let Some(m) = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter(|m| {
+            Path::new(path)
+                .strip_prefix(&m.mount_path)
+                .is_ok_and(|rest| rest.components().next().is_some())
+        })
+        .max_by_key(|m| Path::new(&m.mount_path).components().count())
+    else {
+        return bad(format!("{CLIENT_CA_VAR} is {path:?}, which lies in no volume mount of the container, so its contents cannot be read back; {need}"));
+    };
+    let mut out = Vec::new();
+    let mp = &m.mount_path;
+    if m.read_only != Some(true) {
+        out.extend(bad(format!("the mount at {mp} holding {CLIENT_CA_VAR} ({path}) is not read-only; set readOnly: true")));
+    }
+    if m.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+        || m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty())
+    {
+        out.extend(bad(format!("the mount at {mp} holding {CLIENT_CA_VAR} uses subPath, which never sees a changed CA; mount the whole volume")));
+    }
+    let tls_volume = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|t| Path::new(&t.mount_path) == Path::new(SECRET_MOUNT))
+        .map(|t| t.name.as_str());
+    match volumes.iter().find(|v| v.name == m.name) {
+        None => out.extend(bad(format!("the mount at {mp} holding {CLIENT_CA_VAR} names volume {:?}, which the pod does not define", m.name))),
+        Some(v) if tls_volume == Some(v.name.as_str()) => out.extend(bad(format!("the mount at {mp} holding {CLIENT_CA_VAR} is volume {}, the one mounted at {SECRET_MOUNT}; keep the client CA in a volume of its own: {need}", v.name))),
+        Some(v) if v.config_map.is_none() && v.secret.is_none() && v.projected.is_none() => out.extend(bad(format!("the mount at {mp} holding {CLIENT_CA_VAR} is volume {} ({}); use a configMap volume (the CA certificate is public), a secret or a projected volume: {need}", v.name, volume_kind(v)))),
+        Some(_) => {}
     }
     out
 }
@@ -962,6 +1363,488 @@ mod tests {
         assert_eq!(r.tier, Tier::Kernel);
         assert_eq!(r.image.as_deref(), Some("img@sha256:00"));
         assert_eq!(r.pod_labels[TEMPLATE_REF_HASH_LABEL], name_hash("t"));
+    }
+
+    const IP_CLIENT: Channel = Channel {
+        pod_identity: plimsoll_tls::PodIdentity::Ip,
+        client_certs: true,
+    };
+
+    /// [`template`] with a per-pod certificate (cert-manager's CSI volume at the certificate
+    /// directory) and the terminator's client CA from a read-only ConfigMap mount.
+    fn ip_template() -> Value {
+        let mut t = template();
+        let spec = &mut t["spec"]["podTemplate"]["spec"];
+        spec["volumes"] = json!([
+            {"name": "tls", "csi": {"driver": "csi.cert-manager.io", "readOnly": true,
+                "volumeAttributes": {
+                    "csi.cert-manager.io/issuer-name": "plimsoll-sandboxd-ca",
+                    "csi.cert-manager.io/issuer-kind": "Issuer",
+                    "csi.cert-manager.io/ip-sans": "${POD_IP}",
+                    "csi.cert-manager.io/duration": "24h",
+                    "csi.cert-manager.io/renew-before": "8h",
+                    "csi.cert-manager.io/key-algorithm": "ECDSA"}}},
+            {"name": "client-ca", "configMap": {"name": "plimsoll-sandboxd-client-ca"}}
+        ]);
+        let c = &mut spec["containers"][0];
+        c["env"] =
+            json!([{"name": CLIENT_CA_VAR, "value": "/etc/plimsoll/sandboxd-client-ca/ca.crt"}]);
+        c["volumeMounts"] = json!([
+            {"name": "tls", "mountPath": SECRET_MOUNT, "readOnly": true},
+            {"name": "client-ca", "mountPath": "/etc/plimsoll/sandboxd-client-ca", "readOnly": true}
+        ]);
+        t
+    }
+
+    fn csi_attr(t: &mut Value) -> &mut Value {
+        &mut t["spec"]["podTemplate"]["spec"]["volumes"][0]["csi"]["volumeAttributes"]
+    }
+
+    fn set_attr(t: &mut Value, key: &str, value: &str) {
+        csi_attr(t)[format!("csi.cert-manager.io/{key}")] = json!(value);
+    }
+
+    fn remove_attr(t: &mut Value, key: &str) {
+        csi_attr(t)
+            .as_object_mut()
+            .unwrap()
+            .remove(&format!("csi.cert-manager.io/{key}"));
+    }
+
+    fn client_ca_env(t: &mut Value) -> &mut Value {
+        &mut t["spec"]["podTemplate"]["spec"]["containers"][0]["env"]
+    }
+
+    #[test]
+    fn a_conforming_per_pod_template_with_client_certificates_passes() {
+        let pool = json!({"spec": {"sandboxTemplateRef": {"name": "t"}}});
+        let r = read_back_with(
+            "t",
+            &ip_template(),
+            Some(("pool", &pool)),
+            &[good_policy()],
+            &IP_CLIENT,
+        );
+        assert!(r.drifts.is_empty(), "{:?}", r.drifts);
+        assert_eq!(r.tier, Tier::Kernel);
+        // The default channel is read_back's.
+        assert_eq!(
+            read_back("t", &template(), None, &[good_policy()]),
+            read_back_with(
+                "t",
+                &template(),
+                None,
+                &[good_policy()],
+                &Channel::default()
+            )
+        );
+        // Other durations within a day, and an explicit ClusterIssuer, pass too.
+        for d in ["1h30m", "90m", "3600s", "86400s", "23h59m60s", "1.5h"] {
+            let mut t = ip_template();
+            set_attr(&mut t, "duration", d);
+            set_attr(&mut t, "issuer-kind", "ClusterIssuer");
+            set_attr(&mut t, "certificate-file", "tls.crt");
+            set_attr(&mut t, "is-ca", "false");
+            let r = read_back_with("t", &t, None, &[good_policy()], &IP_CLIENT);
+            assert!(r.drifts.is_empty(), "{d}: {:?}", r.drifts);
+        }
+        // The terminator may be told its default directory.
+        let mut t = ip_template();
+        client_ca_env(&mut t)
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": TLS_DIR_VAR, "value": "/etc/plimsoll/sandboxd-tls/"}));
+        let r = read_back_with("t", &t, None, &[good_policy()], &IP_CLIENT);
+        assert!(r.drifts.is_empty(), "{:?}", r.drifts);
+    }
+
+    #[test]
+    fn each_per_pod_identity_drift_is_named_with_what_was_found() {
+        // (kind, what the message must name, the edit)
+        type Named = (DriftKind, &'static str, Box<dyn Fn(&mut Value)>);
+        let cases: Vec<Named> = vec![
+            (
+                DriftKind::CsiVolume,
+                "a secret volume",
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["volumes"][0] =
+                        json!({"name": "tls", "secret": {"secretName": "s", "defaultMode": 256}})
+                }),
+            ),
+            (
+                DriftKind::CsiVolume,
+                "\"secrets-store.csi.k8s.io\"",
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["volumes"][0]["csi"]["driver"] =
+                        json!("secrets-store.csi.k8s.io")
+                }),
+            ),
+            (
+                DriftKind::ReadOnly,
+                "readOnly is false",
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["volumes"][0]["csi"]["readOnly"] = json!(false)
+                }),
+            ),
+            (
+                DriftKind::ReadOnly,
+                "readOnly is not set",
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["volumes"][0]["csi"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("readOnly");
+                }),
+            ),
+            (
+                DriftKind::ReadOnly,
+                "not read-only",
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"][0]
+                        ["readOnly"] = json!(false)
+                }),
+            ),
+            (
+                DriftKind::SecretMount,
+                "subPath",
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"][0]
+                        ["subPath"] = json!("tls.crt")
+                }),
+            ),
+            (
+                DriftKind::IpSans,
+                "\"10.0.0.7\"",
+                Box::new(|t| set_attr(t, "ip-sans", "10.0.0.7")),
+            ),
+            (
+                DriftKind::IpSans,
+                "\"${POD_IP},10.0.0.7\"",
+                Box::new(|t| set_attr(t, "ip-sans", "${POD_IP},10.0.0.7")),
+            ),
+            (
+                DriftKind::IpSans,
+                "ip-sans is not set",
+                Box::new(|t| remove_attr(t, "ip-sans")),
+            ),
+            (
+                DriftKind::Issuer,
+                "issuer-name is not set",
+                Box::new(|t| remove_attr(t, "issuer-name")),
+            ),
+            (
+                DriftKind::Issuer,
+                "issuer-name is not set",
+                Box::new(|t| set_attr(t, "issuer-name", " ")),
+            ),
+            (
+                DriftKind::Issuer,
+                "\"AWSPCAIssuer\"",
+                Box::new(|t| set_attr(t, "issuer-kind", "AWSPCAIssuer")),
+            ),
+            (
+                DriftKind::CertFiles,
+                "\"cert.pem\"",
+                Box::new(|t| set_attr(t, "certificate-file", "cert.pem")),
+            ),
+            (
+                DriftKind::CertFiles,
+                "\"key.pem\"",
+                Box::new(|t| set_attr(t, "privatekey-file", "key.pem")),
+            ),
+            (
+                DriftKind::FsGroup,
+                "\"65532\"",
+                Box::new(|t| set_attr(t, "fs-group", "65532")),
+            ),
+            (
+                DriftKind::FsGroup,
+                "fs-group is \"\"",
+                Box::new(|t| set_attr(t, "fs-group", "")),
+            ),
+            (
+                DriftKind::IsCa,
+                "\"true\"",
+                Box::new(|t| set_attr(t, "is-ca", "true")),
+            ),
+            (
+                DriftKind::Pkcs12,
+                "\"true\"",
+                Box::new(|t| set_attr(t, "pkcs12-enable", "true")),
+            ),
+            (
+                DriftKind::ReusePrivateKey,
+                "\"true\"",
+                Box::new(|t| set_attr(t, "reuse-private-key", "true")),
+            ),
+            (
+                DriftKind::CertDuration,
+                "\"48h\" (48.0 hours)",
+                Box::new(|t| set_attr(t, "duration", "48h")),
+            ),
+            (
+                DriftKind::CertDuration,
+                "\"24h0m1s\"",
+                Box::new(|t| set_attr(t, "duration", "24h0m1s")),
+            ),
+            (
+                DriftKind::CertDuration,
+                "\"2160h\"",
+                Box::new(|t| set_attr(t, "duration", "2160h")),
+            ),
+            (
+                DriftKind::CertDuration,
+                "\"1d\", which is not a duration",
+                Box::new(|t| set_attr(t, "duration", "1d")),
+            ),
+            (
+                DriftKind::CertDuration,
+                "\"-1h\"",
+                Box::new(|t| set_attr(t, "duration", "-1h")),
+            ),
+            (
+                DriftKind::CertDuration,
+                "duration is not set",
+                Box::new(|t| remove_attr(t, "duration")),
+            ),
+            (
+                DriftKind::TlsDir,
+                "\"/tmp/tls\"",
+                Box::new(|t| {
+                    client_ca_env(t)
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": TLS_DIR_VAR, "value": "/tmp/tls"}))
+                }),
+            ),
+            (
+                DriftKind::TlsDir,
+                "valueFrom",
+                Box::new(|t| {
+                    client_ca_env(t)
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": TLS_DIR_VAR,
+                        "valueFrom": {"configMapKeyRef": {"name": "x", "key": "dir"}}}))
+                }),
+            ),
+        ];
+        for (kind, found, edit) in cases {
+            let mut t = ip_template();
+            edit(&mut t);
+            let r = read_back_with("t", &t, None, &[good_policy()], &IP_CLIENT);
+            assert_eq!(kinds(&r), vec![kind], "{found}: {:?}", r.drifts);
+            let shown = r.drifts[0].to_string();
+            assert!(
+                shown.starts_with(&format!("[{}] ", kind.as_str())),
+                "{shown}"
+            );
+            assert!(shown.contains(found), "{found} not in: {shown}");
+        }
+    }
+
+    #[test]
+    fn the_client_ca_must_be_a_file_of_a_read_only_configmap_mount() {
+        type Named = (&'static str, Box<dyn Fn(&mut Value)>);
+        let mount = |f: fn(&mut Value)| {
+            Box::new(move |t: &mut Value| {
+                f(&mut t["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"][1])
+            }) as Box<dyn Fn(&mut Value)>
+        };
+        let value = |v: &'static str| {
+            Box::new(move |t: &mut Value| client_ca_env(t)[0]["value"] = json!(v))
+                as Box<dyn Fn(&mut Value)>
+        };
+        let cases: Vec<Named> = vec![
+            (
+                "has no PLIMSOLL_SANDBOXD_CLIENT_CA",
+                Box::new(|t| *client_ca_env(t) = json!([])),
+            ),
+            (
+                "given 2 times",
+                Box::new(|t| {
+                    let again = client_ca_env(t)[0].clone();
+                    client_ca_env(t).as_array_mut().unwrap().push(again)
+                }),
+            ),
+            (
+                "valueFrom",
+                Box::new(|t| {
+                    client_ca_env(t)[0] = json!({"name": CLIENT_CA_VAR,
+                        "valueFrom": {"configMapKeyRef": {"name": "x", "key": "path"}}})
+                }),
+            ),
+            ("\"ca.crt\", not an absolute path", value("ca.crt")),
+            (
+                "\"/etc/plimsoll/sandboxd-client-ca/../sandboxd-tls/ca.crt\", not an absolute path",
+                value("/etc/plimsoll/sandboxd-client-ca/../sandboxd-tls/ca.crt"),
+            ),
+            (
+                "\"/etc/plimsoll/sandboxd-tls/ca.crt\", in /etc/plimsoll/sandboxd-tls",
+                value("/etc/plimsoll/sandboxd-tls/ca.crt"),
+            ),
+            (
+                "\"/etc/ssl/certs/ca.crt\", which lies in no volume mount",
+                value("/etc/ssl/certs/ca.crt"),
+            ),
+            (
+                "\"/etc/plimsoll/sandboxd-client-ca\", which lies in no volume mount",
+                value("/etc/plimsoll/sandboxd-client-ca"),
+            ),
+            (
+                "the mount at /etc/plimsoll/sandboxd-client-ca holding PLIMSOLL_SANDBOXD_CLIENT_CA (/etc/plimsoll/sandboxd-client-ca/ca.crt) is not read-only",
+                mount(|m| m["readOnly"] = json!(false)),
+            ),
+            ("uses subPath", mount(|m| m["subPath"] = json!("ca.crt"))),
+            (
+                "names volume \"nowhere\", which the pod does not define",
+                mount(|m| m["name"] = json!("nowhere")),
+            ),
+            (
+                "is volume tls, the one mounted at /etc/plimsoll/sandboxd-tls",
+                mount(|m| m["name"] = json!("tls")),
+            ),
+            (
+                "is volume client-ca (emptyDir)",
+                Box::new(|t| {
+                    t["spec"]["podTemplate"]["spec"]["volumes"][1] =
+                        json!({"name": "client-ca", "emptyDir": {}})
+                }),
+            ),
+        ];
+        for (found, edit) in cases {
+            let mut t = ip_template();
+            edit(&mut t);
+            let r = read_back_with("t", &t, None, &[good_policy()], &IP_CLIENT);
+            assert_eq!(
+                kinds(&r),
+                vec![DriftKind::ClientCa],
+                "{found}: {:?}",
+                r.drifts
+            );
+            assert!(
+                r.drifts[0].message.contains(found),
+                "{found} not in: {}",
+                r.drifts[0]
+            );
+        }
+        // A Secret or projected volume holds a CA file as well as a ConfigMap.
+        for source in [
+            json!({"secret": {"secretName": "ca", "defaultMode": 256}}),
+            json!({"projected": {"sources": [{"configMap": {"name": "ca"}}]}}),
+        ] {
+            let mut t = ip_template();
+            let mut v = source.clone();
+            v["name"] = json!("client-ca");
+            t["spec"]["podTemplate"]["spec"]["volumes"][1] = v;
+            let r = read_back_with("t", &t, None, &[good_policy()], &IP_CLIENT);
+            assert!(r.drifts.is_empty(), "{source}: {:?}", r.drifts);
+        }
+        // The client CA is checked in shared mode too.
+        let mut t = template();
+        let shared_client = Channel {
+            pod_identity: plimsoll_tls::PodIdentity::Shared,
+            client_certs: true,
+        };
+        let r = read_back_with("t", &t, None, &[good_policy()], &shared_client);
+        assert_eq!(kinds(&r), vec![DriftKind::ClientCa], "{:?}", r.drifts);
+        // And a template that asks for client certificates plimsolld does not have fails.
+        t["spec"]["podTemplate"]["spec"]["containers"][0]["env"] =
+            json!([{"name": CLIENT_CA_VAR, "value": "/etc/ca/ca.crt"}]);
+        let r = read_back("t", &t, None, &[good_policy()]);
+        assert_eq!(kinds(&r), vec![DriftKind::ClientCa], "{:?}", r.drifts);
+        assert!(
+            r.drifts[0]
+                .message
+                .contains("plimsolld has none configured"),
+            "{}",
+            r.drifts[0]
+        );
+    }
+
+    #[test]
+    fn per_pod_volumes_and_modes_must_agree() {
+        // A CSI volume while plimsolld is in shared mode.
+        let mut t = ip_template();
+        *client_ca_env(&mut t) = json!([]);
+        let r = read_back("t", &t, None, &[good_policy()]);
+        assert_eq!(kinds(&r), vec![DriftKind::SecretVolume], "{:?}", r.drifts);
+        assert!(
+            r.drifts[0]
+                .message
+                .contains("set SANDBOX_AGENTSANDBOX_POD_IDENTITY=ip"),
+            "{}",
+            r.drifts[0]
+        );
+        // The shared template while plimsolld expects per-pod certificates: a CSI volume is
+        // required, and the Secret checks do not apply.
+        let ip = Channel {
+            pod_identity: plimsoll_tls::PodIdentity::Ip,
+            client_certs: false,
+        };
+        let r = read_back_with("t", &template(), None, &[good_policy()], &ip);
+        assert_eq!(kinds(&r), vec![DriftKind::CsiVolume], "{:?}", r.drifts);
+        // Nothing at the certificate directory names the CSI volume in per-pod mode.
+        let mut t = ip_template();
+        t["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] =
+            json!("/etc/tls");
+        let r = read_back_with("t", &t, None, &[good_policy()], &IP_CLIENT);
+        assert_eq!(kinds(&r), vec![DriftKind::SecretMount], "{:?}", r.drifts);
+        assert!(
+            r.drifts[0].message.contains("CSI volume"),
+            "{}",
+            r.drifts[0]
+        );
+        // Every difference at once, each with its own kind.
+        let mut t = ip_template();
+        for (k, v) in [
+            ("ip-sans", "10.1.2.3"),
+            ("fs-group", "0"),
+            ("duration", "720h"),
+            ("is-ca", "true"),
+        ] {
+            set_attr(&mut t, k, v);
+        }
+        let mut k = kinds(&read_back_with("t", &t, None, &[good_policy()], &IP_CLIENT));
+        k.sort();
+        assert_eq!(
+            k,
+            vec![
+                DriftKind::IpSans,
+                DriftKind::FsGroup,
+                DriftKind::IsCa,
+                DriftKind::CertDuration
+            ]
+        );
+    }
+
+    #[test]
+    fn go_durations() {
+        let h = 3_600_000_000_000i128;
+        for (s, ns) in [
+            ("24h", 24 * h),
+            ("1h30m", 3 * h / 2),
+            ("90m", 3 * h / 2),
+            ("3600s", h),
+            ("1.5h", 3 * h / 2),
+            (".5h", h / 2),
+            ("1.h", h),
+            ("300ms", 300_000_000),
+            ("2us", 2_000),
+            ("2\u{b5}s", 2_000),
+            ("7ns", 7),
+            ("0", 0),
+            ("+2h", 2 * h),
+            ("-1h", -h),
+            ("1h0.5m1s", h + 31_000_000_000),
+        ] {
+            assert_eq!(parse_go_duration(s), Some(ns), "{s}");
+        }
+        for s in [
+            "", "1", "1d", "h", ".", ".h", "1h 30m", "24H", "-", "1e3s", "0x10s",
+        ] {
+            assert_eq!(parse_go_duration(s), None, "{s:?}");
+        }
     }
 
     /// One template edit and the drift it must cause.
