@@ -258,7 +258,7 @@ impl ProviderSetup for AgentSandboxConfig {
         match self.pod_identity {
             PodIdentity::Ip if self.client_cert.is_some() => Vec::new(),
             PodIdentity::Ip => vec![format!(
-                "{POD_IDENTITY}=ip without client certificates: hardened mode with per-pod identity needs mutual TLS too; set {CLIENT_CERT_FILE} and {CLIENT_KEY_FILE} (and PLIMSOLL_SANDBOXD_CLIENT_CA in the pods)"
+                "{CLIENT_CERT_FILE} is not set; with {POD_IDENTITY}=ip hardened mode needs mutual TLS too: set it and {CLIENT_KEY_FILE} to plimsolld's client certificate, and PLIMSOLL_SANDBOXD_CLIENT_CA in the pods"
             )],
             PodIdentity::Shared if self.encrypted_pod_network => Vec::new(),
             PodIdentity::Shared => vec![format!(
@@ -376,5 +376,89 @@ mod tests {
         assert_eq!(c.server_name, "pods.example.internal");
         assert_eq!(c.kubeconfig, Some(PathBuf::from("/tmp/kc")));
         assert_eq!(c.claim_timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn pod_identity_and_client_certificates_are_read_and_checked() {
+        let mut pairs = BASE.to_vec();
+        pairs.push((POD_IDENTITY, "ip"));
+        pairs.push((CLIENT_CERT_FILE, "/c/tls.crt"));
+        pairs.push((CLIENT_KEY_FILE, "/c/tls.key"));
+        let c = AgentSandboxConfig::read(&env(&pairs)).unwrap();
+        assert_eq!(c.pod_identity, PodIdentity::Ip);
+        assert_eq!(
+            c.client_cert,
+            Some(ClientPair {
+                cert_file: "/c/tls.crt".into(),
+                key_file: "/c/tls.key".into()
+            })
+        );
+        assert_eq!(c.client_spec().files().len(), 3);
+        assert!(c.channel().client_certs);
+
+        // The token file is optional once a client certificate is set, and only then.
+        let no_token = [
+            BASE[0],
+            (CLIENT_CERT_FILE, "/c/tls.crt"),
+            (CLIENT_KEY_FILE, "/c/tls.key"),
+        ];
+        let c = AgentSandboxConfig::read(&env(&no_token)).unwrap();
+        assert_eq!(c.token_file, None);
+        let e = AgentSandboxConfig::read(&env(&[BASE[0]])).unwrap_err();
+        assert_eq!(e.name, "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE");
+        assert!(e.message.contains(CLIENT_CERT_FILE), "{e}");
+
+        for (extra, named) in [
+            (vec![(POD_IDENTITY, "pod")], POD_IDENTITY),
+            (vec![(CLIENT_CERT_FILE, "/c/tls.crt")], CLIENT_KEY_FILE),
+            (vec![(CLIENT_KEY_FILE, "/c/tls.key")], CLIENT_CERT_FILE),
+        ] {
+            let mut pairs = BASE.to_vec();
+            pairs.extend(extra);
+            let e = AgentSandboxConfig::read(&env(&pairs)).unwrap_err();
+            assert_eq!(e.name, named, "{e}");
+        }
+    }
+
+    #[test]
+    fn hardened_mode_needs_the_statement_unless_per_pod_identity_with_client_certificates() {
+        let pair = ClientPair {
+            cert_file: "/c".into(),
+            key_file: "/k".into(),
+        };
+        for (identity, client, statement, gap) in [
+            (
+                PodIdentity::Shared,
+                false,
+                false,
+                Some(ENCRYPTED_POD_NETWORK),
+            ),
+            (
+                PodIdentity::Shared,
+                true,
+                false,
+                Some(ENCRYPTED_POD_NETWORK),
+            ),
+            (PodIdentity::Shared, false, true, None),
+            (PodIdentity::Ip, false, false, Some(CLIENT_CERT_FILE)),
+            (PodIdentity::Ip, false, true, Some(CLIENT_CERT_FILE)),
+            (PodIdentity::Ip, true, false, None),
+        ] {
+            let mut c = AgentSandboxConfig::new("/ca", "/t");
+            c.pod_identity = identity;
+            c.client_cert = client.then(|| pair.clone());
+            c.encrypted_pod_network = statement;
+            let gaps = c.hardened_gaps();
+            match gap {
+                None => assert!(gaps.is_empty(), "{identity} {client} {statement}: {gaps:?}"),
+                Some(name) => {
+                    assert_eq!(gaps.len(), 1, "{gaps:?}");
+                    assert!(
+                        gaps[0].starts_with(name),
+                        "{identity} {client} {statement}: {gaps:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! plimsolld (the in-process daemon, its real gRPC listener) with `SANDBOX_PROVIDER=agentsandbox`
 //! against the fake cluster: the tier read back from the template is stated in Describe,
 //! in results and in records; a pod that fails the handshake is a marked refusal on the
-//! wire; hardened mode needs the encrypted-pod-network statement.
+//! wire; hardened mode needs the encrypted-pod-network statement, unless per-pod identity
+//! and client certificates are both on.
 
 use plimsoll_core::check::check_answer;
 use plimsoll_core::pb;
@@ -23,11 +24,14 @@ impl Setup {
 }
 
 async fn setup() -> Setup {
-    let cluster = FakeCluster::start(FakeClusterOptions::conforming(
+    setup_with(FakeClusterOptions::conforming(
         fake::sandboxd_binaries().unwrap(),
     ))
     .await
-    .unwrap();
+}
+
+async fn setup_with(opts: FakeClusterOptions) -> Setup {
+    let cluster = FakeCluster::start(opts).await.unwrap();
     Setup {
         cluster,
         callers: Callers::tester(),
@@ -144,5 +148,75 @@ async fn the_ca_file_is_required_by_plimsolld_configuration() {
     let e = config(&s, &[("SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE", "")]).unwrap_err();
     assert_eq!(e.name, "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE");
     assert!(e.message.contains("required"), "{e}");
+    s.cluster.shutdown().await;
+}
+
+const HARDENED: [(&str, &str); 5] = [
+    ("PLIMSOLL_HARDENED", "1"),
+    ("SANDBOX_MEMORY_MB", "1024"),
+    ("SANDBOX_CPUS", "1"),
+    ("SANDBOX_PIDS", "256"),
+    ("SANDBOX_DISK_MB", "1024"),
+];
+
+#[tokio::test]
+async fn hardened_mode_starts_without_the_statement_only_with_per_pod_identity_and_client_certificates(
+) {
+    let s = setup_with(FakeClusterOptions::per_pod(
+        fake::sandboxd_binaries().unwrap(),
+    ))
+    .await;
+    let pairs = s.cluster.env_pairs();
+    assert!(pairs
+        .iter()
+        .any(|(k, v)| k == "SANDBOX_AGENTSANDBOX_POD_IDENTITY" && v == "ip"));
+    assert!(pairs
+        .iter()
+        .any(|(k, _)| k == "SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE"));
+
+    // Both on, no statement: the daemon starts (smoke test over mutual TLS included) and
+    // serves.
+    let daemon = start(config(&s, &HARDENED).unwrap())
+        .await
+        .expect("hardened mode with per-pod identity and client certificates starts");
+    let mut c = client(&daemon).await;
+    let resp = c
+        .run(authed(js("console.log(1+1)"), s.token()))
+        .await
+        .unwrap()
+        .into_inner();
+    let Some(R::Javascript(j)) = &resp.result else {
+        panic!("no javascript result")
+    };
+    assert_eq!(j.stdout, b"2\n");
+    daemon.shutdown().await;
+
+    // Per-pod identity without client certificates: hardened mode names the missing
+    // client certificate, not the statement.
+    let no_client = [
+        ("SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE", ""),
+        ("SANDBOX_AGENTSANDBOX_CLIENT_KEY_FILE", ""),
+    ];
+    let mut extra = HARDENED.to_vec();
+    extra.extend(no_client);
+    let cfg = config(&s, &extra).unwrap();
+    let v = plimsoll_daemon::server::hardened_violations(&cfg, Some(plimsoll_core::Tier::Kernel));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].contains("SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE"),
+        "{v:?}"
+    );
+    assert!(!v[0].contains("ENCRYPTED_POD_NETWORK="), "{v:?}");
+
+    // Client certificates with one shared certificate: the statement is still required.
+    let mut extra = HARDENED.to_vec();
+    extra.push(("SANDBOX_AGENTSANDBOX_POD_IDENTITY", "shared"));
+    let cfg = config(&s, &extra).unwrap();
+    let v = plimsoll_daemon::server::hardened_violations(&cfg, Some(plimsoll_core::Tier::Kernel));
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert!(
+        v[0].contains("SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK"),
+        "{v:?}"
+    );
     s.cluster.shutdown().await;
 }

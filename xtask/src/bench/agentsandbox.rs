@@ -11,6 +11,12 @@
 //! controller's pod start. The baseline, measured in the same run, is the same payload sent
 //! to a pod over an already-open TLS channel: what a run costs with no claim and no dial.
 //!
+//! With `--identity`, the same claim-to-result run is measured in two fake clusters side by
+//! side, in alternating turns: today's channel (one shared certificate, token only) and
+//! per-pod identity with mutual TLS (each pod's own certificate checked against the IP
+//! dialed, plimsolld's client certificate required by every terminator). It prints the
+//! ratio of their p50 totals (issue target: at most 1.1x).
+//!
 //! The provider code runs inside xtask (dev profile, dependencies at opt-level 1), the pods
 //! are release builds. A measurement, never an assertion.
 
@@ -28,10 +34,11 @@ use super::stats::{ms, quantile};
 use super::Args;
 
 const USAGE: &str = "\
-usage: cargo xtask bench agentsandbox [--runs N] [--warmup N] [--payload js|shell] [--no-build]
+usage: cargo xtask bench agentsandbox [--runs N] [--warmup N] [--payload js|shell] [--identity] [--no-build]
   --runs N        measured runs (default 50)
   --warmup N      unmeasured runs first (default 5)
   --payload P     js: `0` as JavaScript; shell: a project with the one step `true` (default shell)
+  --identity      compare per-pod identity + mutual TLS with the shared certificate, interleaved
   --no-build      use target/release/plimsoll-sandboxd{,-tls} as they are";
 
 struct Options {
@@ -39,6 +46,7 @@ struct Options {
     warmup: usize,
     js: bool,
     build: bool,
+    identity: bool,
 }
 
 fn parse(args: &[&str]) -> anyhow::Result<Option<Options>> {
@@ -47,6 +55,7 @@ fn parse(args: &[&str]) -> anyhow::Result<Option<Options>> {
         warmup: 5,
         js: false,
         build: true,
+        identity: false,
     };
     let mut a = Args::new(args, USAGE);
     while let Some(flag) = a.flag() {
@@ -61,6 +70,7 @@ fn parse(args: &[&str]) -> anyhow::Result<Option<Options>> {
                 }
             }
             "--no-build" => o.build = false,
+            "--identity" => o.identity = true,
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return Ok(None);
@@ -107,7 +117,113 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("tokio runtime")?;
-    rt.block_on(measure(opts, bin_dir))
+    if opts.identity {
+        rt.block_on(compare_identity(opts, bin_dir))
+    } else {
+        rt.block_on(measure(opts, bin_dir))
+    }
+}
+
+/// One channel mode: its fake cluster, its provider and the totals measured.
+struct Mode {
+    name: &'static str,
+    cluster: FakeCluster,
+    provider: AgentSandboxProvider,
+    total: Vec<f64>,
+    tls: Vec<f64>,
+}
+
+impl Mode {
+    async fn start(name: &'static str, mut o: FakeClusterOptions) -> anyhow::Result<Mode> {
+        o.warm = 2;
+        let cluster = FakeCluster::start(o)
+            .await
+            .with_context(|| format!("starting the fake cluster ({name})"))?;
+        let provider = AgentSandboxProvider::new(cluster.provider_config())?;
+        provider
+            .start()
+            .await
+            .with_context(|| format!("provider startup ({name})"))?;
+        Ok(Mode {
+            name,
+            cluster,
+            provider,
+            total: vec![],
+            tls: vec![],
+        })
+    }
+
+    async fn one(&mut self, js: bool, keep: bool) -> anyhow::Result<()> {
+        ensure!(
+            self.cluster.wait_warm().await,
+            "the fake warm pool did not refill ({})",
+            self.name
+        );
+        let t = Instant::now();
+        let (out, ph) = self
+            .provider
+            .run_timed(work(js), Duration::from_secs(30))
+            .await;
+        let elapsed = t.elapsed();
+        out.map_err(|e| anyhow::anyhow!("{}: run failed: {e}", self.name))?;
+        if keep {
+            self.total.push(ms(elapsed));
+            self.tls.push(ms(ph.tls_connect.context("no TLS connect")?));
+        }
+        Ok(())
+    }
+}
+
+/// Today's channel against per-pod identity with mutual TLS, claim to result, turn about.
+async fn compare_identity(opts: Options, bin_dir: PathBuf) -> anyhow::Result<()> {
+    let mut shared = Mode::start("shared", FakeClusterOptions::conforming(bin_dir.clone())).await?;
+    let mut per_pod = Mode::start("per-pod + mTLS", FakeClusterOptions::per_pod(bin_dir)).await?;
+    for i in 0..opts.warmup + opts.runs {
+        let keep = i >= opts.warmup;
+        // Alternate which goes first, so neither always runs on a cooler machine.
+        if i % 2 == 0 {
+            shared.one(opts.js, keep).await?;
+            per_pod.one(opts.js, keep).await?;
+        } else {
+            per_pod.one(opts.js, keep).await?;
+            shared.one(opts.js, keep).await?;
+        }
+    }
+    println!(
+        "\nagentsandbox channel modes through the fake API server: {} runs each, interleaved ({} payload)",
+        opts.runs,
+        if opts.js { "javascript `0`" } else { "project `true`" },
+    );
+    println!(
+        "{:<36} {:>8} {:>8} {:>8} {:>8} {:>14}",
+        "claim-to-result (ms)", "p50", "p90", "min", "max", "TLS connect p50"
+    );
+    for m in [&shared, &per_pod] {
+        println!(
+            "{:<36} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>14.2}",
+            m.name,
+            pct(&m.total, 50.0),
+            pct(&m.total, 90.0),
+            pct(&m.total, 0.0),
+            pct(&m.total, 100.0),
+            pct(&m.tls, 50.0)
+        );
+    }
+    let ratio = pct(&per_pod.total, 50.0) / pct(&shared.total, 50.0);
+    println!(
+        "per-pod + mTLS / shared (p50 claim-to-result, baseline: shared certificate, token only): {ratio:.3}x (target <= 1.1x: {})",
+        if ratio <= 1.1 { "met" } else { "missed" }
+    );
+    for m in [shared, per_pod] {
+        let n = m.cluster.counts();
+        ensure!(
+            n.created == n.deleted,
+            "{}: a claim was left behind",
+            m.name
+        );
+        m.cluster.shutdown().await;
+    }
+    Ok(())
 }
 
 async fn measure(opts: Options, bin_dir: PathBuf) -> anyhow::Result<()> {
