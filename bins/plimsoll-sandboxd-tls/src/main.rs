@@ -31,8 +31,11 @@ Every argument is passed to sandboxd. They must include --listen-host=127.0.0.1 
 --grpc-port=9091 (exactly so, once each), and not --unix-socket. The terminator starts
 sandboxd, waits until it accepts on 127.0.0.1:9091, then serves TLS 1.3 with ALPN h2 on
 :9090 using tls.crt and tls.key from /etc/plimsoll/sandboxd-tls, and forwards each
-connection to sandboxd. A rotated Secret is picked up without a restart; open connections
-keep going. `--log-format json|text` is read from sandboxd's flags too.
+connection to sandboxd. A rotated Secret (or a certificate renewed by cert-manager's CSI
+driver, which writes the same file names) is picked up without a restart; open connections
+keep going. With PLIMSOLL_SANDBOXD_CLIENT_CA set, every client must present a certificate
+chaining to a CA in that file (mutual TLS) before a byte is forwarded. `--log-format
+json|text` is read from sandboxd's flags too.
 
 ";
 
@@ -99,9 +102,15 @@ fn main() -> ExitCode {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SANDBOXD));
-    // The pair is checked before sandboxd starts: a broken Secret is a configuration error.
+    // The pair and the client CA are checked before sandboxd starts: a broken Secret or CA
+    // file is a configuration error.
     if let Err(e) = CertDir::open(&cfg.cert_dir) {
         return fail(2, format!("{}: {e}", env::DIR));
+    }
+    if let Some(ca) = &cfg.client_ca {
+        if let Err(e) = plimsoll_tls::ClientCaFile::open(ca) {
+            return fail(2, format!("{}: {e}", plimsoll_tls::CLIENT_CA_VAR));
+        }
     }
     // One thread: a byte pump gains nothing from a second worker on a pod's small CPU share,
     // and cross-thread wake-ups add latency to every round trip (`cargo xtask bench

@@ -707,3 +707,42 @@ fn sandboxd_dies_with_a_killed_terminator() {
         "sandboxd's port {upstream} still accepts after the terminator was killed"
     );
 }
+
+#[test]
+fn an_unusable_client_ca_file_is_a_configuration_error_before_sandboxd_starts() {
+    let ca = Ca::new("ca-a");
+    let leaf = ca.leaf(&[SERVER_NAME]);
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    std::fs::create_dir_all(&tls).unwrap();
+    std::fs::write(tls.join("tls.crt"), &leaf.cert_pem).unwrap();
+    std::fs::write(tls.join("tls.key"), &leaf.key_pem).unwrap();
+    let fake = dir.path().join("fake-sandboxd");
+    let touched = dir.path().join("started");
+    std::fs::write(&fake, format!("#!/bin/sh\ntouch {}\n", touched.display())).unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let key_only = dir.path().join("key-only.pem");
+    std::fs::write(&key_only, &leaf.key_pem).unwrap();
+    for (file, says) in [
+        (dir.path().join("missing.pem"), "missing.pem"),
+        (key_only, "PRIVATE KEY"),
+    ] {
+        let out = Command::new(terminator_bin())
+            .args(["--listen-host=127.0.0.1", "--grpc-port=9091"])
+            .env("PLIMSOLL_SANDBOXD_BIN", &fake)
+            .env("PLIMSOLL_SANDBOXD_TLS_DIR", &tls)
+            .env("PLIMSOLL_SANDBOXD_CLIENT_CA", &file)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", file.display());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("PLIMSOLL_SANDBOXD_CLIENT_CA") && err.contains(says),
+            "{err}"
+        );
+    }
+    assert!(
+        !touched.exists(),
+        "sandboxd was started despite the CA file"
+    );
+}
