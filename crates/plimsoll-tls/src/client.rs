@@ -182,7 +182,7 @@ pub enum ClientTlsError {
         key_file: PathBuf,
         /// Why (names labels and the certificate's summary, never key bytes).
         #[source]
-        source: PairError,
+        source: Box<PairError>,
     },
 }
 
@@ -472,7 +472,7 @@ fn load_client_pair(pair: &ClientPair) -> Result<Arc<rustls::sign::CertifiedKey>
     let pair_error = |source| ClientTlsError::ClientPair {
         cert_file: pair.cert_file.clone(),
         key_file: pair.key_file.clone(),
-        source,
+        source: Box::new(source),
     };
     let ck = crate::pem::certified_key_from_pem(&crt, &key).map_err(pair_error)?;
     crate::pem::check_validity(&ck.cert[0], std::time::SystemTime::now()).map_err(pair_error)?;
@@ -582,5 +582,58 @@ pub fn describe_client_error(e: &rustls::Error) -> String {
             "malformed TLS message from the server: {m:?} (alert sent: decode_error; is it TLS?)"
         ),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_signed(name: &str, ca: bool) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = rcgen::CertificateParams::new(vec![name.to_owned()]).unwrap();
+        if ca {
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        }
+        (p.self_signed(&key).unwrap().pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn a_client_pair_that_does_not_match_or_is_missing_names_its_files() {
+        let d = tempfile::tempdir().unwrap();
+        let (ca, _) = self_signed("ca.invalid", true);
+        std::fs::write(d.path().join("ca.pem"), ca).unwrap();
+        let (cert, key) = self_signed("plimsolld.invalid", false);
+        let (_, other_key) = self_signed("other.invalid", false);
+        std::fs::write(d.path().join("c.crt"), &cert).unwrap();
+        std::fs::write(d.path().join("c.key"), &key).unwrap();
+        std::fs::write(d.path().join("other.key"), &other_key).unwrap();
+        let spec = |key_file: &str| ClientSpec {
+            client_cert: Some(ClientPair {
+                cert_file: d.path().join("c.crt"),
+                key_file: d.path().join(key_file),
+            }),
+            identity: PodIdentity::Ip,
+            ..ClientSpec::shared(d.path().join("ca.pem"), DEFAULT_SERVER_NAME)
+        };
+        let ok = ClientTls::build(&spec("c.key")).unwrap();
+        assert_eq!(ok.identity(), PodIdentity::Ip);
+        assert!(ok.client_cert().is_some());
+        assert_eq!(
+            ok.expected_name("10.0.3.7:9090".parse().unwrap()),
+            "IP address 10.0.3.7 (pod identity ip)"
+        );
+
+        let e = ClientTls::build(&spec("other.key"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("c.crt") && e.contains("other.key"), "{e}");
+        assert!(e.contains("does not match"), "{e}");
+        assert!(!e.contains("BEGIN"), "no key material in errors: {e}");
+
+        let e = ClientTls::build(&spec("missing.key"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing.key"), "{e}");
     }
 }
