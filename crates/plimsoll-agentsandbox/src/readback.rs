@@ -59,7 +59,7 @@ pub const MAX_POD_CERT_SECS: u64 = 24 * 3600;
 pub const TLS_DIR_VAR: &str = plimsoll_tls::terminator::env::DIR;
 /// The terminator's variable naming the CA file a client certificate must chain to (the
 /// same name as `plimsoll_tls::CLIENT_CA_VAR`).
-pub const CLIENT_CA_VAR: &str = "PLIMSOLL_SANDBOXD_CLIENT_CA";
+pub const CLIENT_CA_VAR: &str = plimsoll_tls::CLIENT_CA_VAR;
 
 /// What kind of difference was found. The names are stable: they appear in startup
 /// errors and operators may search for them.
