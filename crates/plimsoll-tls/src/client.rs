@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use plimsoll_core::Refusal;
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, RootCertStore};
+use rustls::ClientConfig;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::pem::{read_ca_file, CaFileError, PairError};
+use crate::pem::{read_ca_file, root_store, CaFileError, PairError};
 use crate::screen::alert_name;
 use crate::{provider, ALPN_H2};
 
@@ -204,16 +204,7 @@ impl ClientTls {
         let ca_file = spec.ca_file.as_path();
         let server_name = spec.server_name.as_str();
         let certs = read_ca_file(ca_file)?;
-        let mut roots = RootCertStore::empty();
-        for (i, c) in certs.iter().enumerate() {
-            roots
-                .add(c.clone())
-                .map_err(|e| CaFileError::BadCertificate {
-                    path: ca_file.to_owned(),
-                    index: i + 1,
-                    reason: e.to_string(),
-                })?;
-        }
+        let roots = root_store(ca_file, &certs)?;
         let name = ServerName::try_from(server_name.to_owned()).map_err(|_| {
             ClientTlsError::ServerName {
                 name: server_name.to_owned(),

@@ -11,9 +11,9 @@ use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
-use crate::pem::{parse_ca_pem, CaFileError};
+use crate::pem::{parse_ca_pem, root_store, CaFileError};
 use crate::provider;
 
 /// The environment variable naming the client CA file (pod side).
@@ -90,16 +90,7 @@ fn verifier_for(
     path: &Path,
     certs: &[CertificateDer<'static>],
 ) -> Result<Arc<dyn ClientCertVerifier>, CaFileError> {
-    let mut roots = RootCertStore::empty();
-    for (i, c) in certs.iter().enumerate() {
-        roots
-            .add(c.clone())
-            .map_err(|e| CaFileError::BadCertificate {
-                path: path.to_owned(),
-                index: i + 1,
-                reason: e.to_string(),
-            })?;
-    }
+    let roots = root_store(path, certs)?;
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
         .build()
         .map_err(|e| CaFileError::BadCertificate {

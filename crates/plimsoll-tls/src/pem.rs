@@ -185,6 +185,25 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, CaFileE
     parse_ca_pem(&bytes).map_err(|e| e.with_path(path))
 }
 
+/// The trust anchors of a CA file's certificates; a certificate that cannot be one is an
+/// error naming the file and its position.
+pub fn root_store(
+    path: &Path,
+    certs: &[CertificateDer<'static>],
+) -> Result<rustls::RootCertStore, CaFileError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for (i, c) in certs.iter().enumerate() {
+        roots
+            .add(c.clone())
+            .map_err(|e| CaFileError::BadCertificate {
+                path: path.to_owned(),
+                index: i + 1,
+                reason: e.to_string(),
+            })?;
+    }
+    Ok(roots)
+}
+
 /// [`read_ca_file`] without the file: the path in errors is empty until
 /// [`CaFileError::with_path`] sets it.
 pub fn parse_ca_pem(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, CaFileError> {
