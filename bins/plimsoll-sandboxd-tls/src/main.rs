@@ -12,7 +12,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use plimsoll_config::ProcessEnv;
-use plimsoll_tls::supervise::{check_sandboxd_flags, flags_for_upstream, NotReady, Sandboxd};
+use plimsoll_tls::supervise::{
+    check_sandboxd_flags, flags_for_upstream, private_socket_dir, NotReady, Sandboxd,
+    TERMINATOR_SOCKET_FLAG,
+};
 use plimsoll_tls::terminator::{env, TerminatorConfig, VARIABLES};
 use plimsoll_tls::{CertDir, Terminator};
 
@@ -34,8 +37,11 @@ sandboxd, waits until it accepts on 127.0.0.1:9091, then serves TLS 1.3 with ALP
 connection to sandboxd. A rotated Secret (or a certificate renewed by cert-manager's CSI
 driver, which writes the same file names) is picked up without a restart; open connections
 keep going. With PLIMSOLL_SANDBOXD_CLIENT_CA set, every client must present a certificate
-chaining to a CA in that file (mutual TLS) before a byte is forwarded. `--log-format
-json|text` is read from sandboxd's flags too.
+chaining to a CA in that file (mutual TLS) before a byte is forwarded, and verified
+connections go to a socket of sandboxd's in a directory only the terminator's user can
+enter (sandboxd is given --terminator-socket), where calls need no sandboxd token; the
+token on 127.0.0.1:9091 stays as it is. `--log-format json|text` is read from sandboxd's
+flags too.
 
 ";
 
@@ -132,7 +138,7 @@ async fn stop_during_startup(sandboxd: &Sandboxd, name: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn run(cfg: TerminatorConfig, bin: PathBuf, args: Vec<String>) -> ExitCode {
+async fn run(mut cfg: TerminatorConfig, bin: PathBuf, args: Vec<String>) -> ExitCode {
     // Signal handlers before anything starts: a SIGTERM at any moment from here on is a
     // graceful stop, never the default action.
     use tokio::signal::unix::{signal, SignalKind};
@@ -143,7 +149,45 @@ async fn run(cfg: TerminatorConfig, bin: PathBuf, args: Vec<String>) -> ExitCode
         (Ok(t), Ok(i)) => (t, i),
         (Err(e), _) | (_, Err(e)) => return fail(1, format!("cannot handle signals: {e}")),
     };
-    let sandboxd_args = flags_for_upstream(&args, cfg.upstream);
+    let mut sandboxd_args = flags_for_upstream(&args, cfg.upstream);
+    // Mutual TLS: verified connections reach sandboxd through a socket in a directory of
+    // the terminator's own, where calls need no token.
+    if cfg.client_ca.is_some() {
+        match private_socket_dir(&std::env::temp_dir()) {
+            Ok(sock) => {
+                sandboxd_args.push(format!("{TERMINATOR_SOCKET_FLAG}={}", sock.display()));
+                cfg.upstream_socket = Some(sock);
+            }
+            Err(e) => {
+                return fail(
+                    1,
+                    format!(
+                        "cannot make a private directory for sandboxd's socket in {}: {e}",
+                        std::env::temp_dir().display()
+                    ),
+                )
+            }
+        }
+    }
+    let socket_dir = cfg
+        .upstream_socket
+        .as_ref()
+        .and_then(|s| s.parent())
+        .map(PathBuf::from);
+    let code = serve(cfg, bin, sandboxd_args, &mut term, &mut int).await;
+    if let Some(d) = socket_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    code
+}
+
+async fn serve(
+    cfg: TerminatorConfig,
+    bin: PathBuf,
+    sandboxd_args: Vec<String>,
+    term: &mut tokio::signal::unix::Signal,
+    int: &mut tokio::signal::unix::Signal,
+) -> ExitCode {
     let sandboxd = match Sandboxd::spawn(&bin, &sandboxd_args) {
         Ok(s) => s,
         Err(e) => {

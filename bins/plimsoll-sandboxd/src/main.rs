@@ -6,7 +6,7 @@
 //! unless `--insecure-no-token` says so, and never log a token.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +27,12 @@ never shared); its directory goes when sandboxd stops (in a container: with the 
 Every call must carry `authorization: Bearer <token>` with a token from --token-file (one
 token per line; two lines during a rotation; the file is re-read every 2 s). Calls without
 it are refused, marked not dispatched (permission), before the payload is read.
+
+--terminator-socket=PATH (added by plimsoll-sandboxd-tls when it requires client
+certificates): sandboxd also serves on that Unix socket, in a directory that must be its
+own user's with no access for anyone else, and takes calls there without a token; the
+terminator forwards there only connections whose client certificate it verified. With it,
+--token-file is optional; without a token file every call on TCP is refused.
 
 PLIMSOLL_SANDBOXD_PARENT_PID=<pid> (set by plimsoll-sandboxd-tls): sandboxd asks the kernel
 for SIGKILL when its parent dies, and exits at once (code 1) if its parent is not that
@@ -54,6 +60,13 @@ struct Flags {
     /// Accept calls without a token. For tests only.
     #[arg(long, conflicts_with = "token_file")]
     insecure_no_token: bool,
+    /// Also serve on this Unix socket, for the TLS terminator only, taking calls without a
+    /// token: the terminator (plimsoll-sandboxd-tls with PLIMSOLL_SANDBOXD_CLIENT_CA) adds
+    /// it and forwards there only connections whose client certificate it verified. The
+    /// socket's directory must be sandboxd's own with no access for group or others. With
+    /// it, --token-file is optional: without one, calls on TCP are all refused.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["unix_socket", "insecure_no_token"])]
+    terminator_socket: Option<PathBuf>,
     /// Deadline for a payload whose request leaves it to sandboxd, in milliseconds.
     #[arg(long, default_value_t = 30_000, value_name = "MS")]
     default_timeout_ms: u64,
@@ -210,6 +223,10 @@ fn main() -> ExitCode {
             tracing::warn!("serving WITHOUT a token (--insecure-no-token): tests only");
             Auth::InsecureNoToken
         }
+        (None, false) if flags.terminator_socket.is_some() => {
+            tracing::info!("no token file: calls are taken only through the terminator's socket");
+            Auth::Closed
+        }
         _ => {
             return usage_error(
                 "--token-file",
@@ -217,6 +234,14 @@ fn main() -> ExitCode {
             )
         }
     };
+    if let Some(path) = &flags.terminator_socket {
+        if let Err(e) = check_private_dir(path) {
+            return usage_error("--terminator-socket", e);
+        }
+        if flags.run_as.is_none() {
+            tracing::warn!("--terminator-socket without --run-as: the code runs as sandboxd's own user and could reach the socket; give the code a user of its own");
+        }
+    }
     let root_dir = flags
         .root_dir
         .clone()
@@ -320,7 +345,13 @@ async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
     } else {
         service
     };
-    let route = service.into_server(auth);
+    let (route, terminator_route) = match &flags.terminator_socket {
+        Some(_) => {
+            let (tcp, socket) = service.into_servers(auth, Auth::Terminator);
+            (tcp, Some(socket))
+        }
+        None => (service.into_server(auth), None),
+    };
     let grace = Duration::from_millis(flags.shutdown_grace_ms);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let shutdown = {
@@ -328,6 +359,30 @@ async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
         async move {
             let _ = rx.wait_for(|s| *s).await;
         }
+    };
+
+    // The terminator's socket is bound before the TCP listener, so a terminator that sees
+    // TCP accept can rely on the socket too.
+    let terminator_server = match (&flags.terminator_socket, terminator_route) {
+        (Some(path), Some(route)) => {
+            let listener = match bind_private_socket(path) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("plimsoll-sandboxd: --terminator-socket: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            tracing::info!("listening on unix:{} for the terminator", path.display());
+            let mut rx = stop_rx.clone();
+            Some(tokio::spawn(plimsoll_sandboxd::serve_unix(
+                listener,
+                route,
+                async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                },
+            )))
+        }
+        _ => None,
     };
 
     let server = async {
@@ -400,8 +455,66 @@ async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
             }
         }
     };
+    if let Some(t) = terminator_server {
+        t.abort();
+    }
+    if let Some(path) = &flags.terminator_socket {
+        let _ = std::fs::remove_file(path);
+    }
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(code) => code,
     }
+}
+
+/// The terminator socket's directory must exist, belong to sandboxd's own user and give
+/// group and others no access at all: that, not a token, is what keeps the code out.
+fn check_private_dir(socket: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = socket
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .ok_or_else(|| {
+            format!(
+                "{}: give a path inside a private directory",
+                socket.display()
+            )
+        })?;
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !m.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if m.uid() != me {
+        return Err(format!(
+            "{} belongs to uid {}, not sandboxd's uid {me}",
+            dir.display(),
+            m.uid()
+        ));
+    }
+    if m.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} has mode {:o}; it must give group and others no access (0700)",
+            dir.display(),
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Binds the terminator's socket (replacing a stale socket, never another kind of file),
+/// readable and writable by sandboxd's own user only.
+fn bind_private_socket(path: &Path) -> Result<tokio::net::UnixListener, String> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!("{} exists and is not a socket", path.display()));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let l = tokio::net::UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on unix:{}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(l)
 }

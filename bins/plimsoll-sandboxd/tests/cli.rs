@@ -306,3 +306,80 @@ fn session_mode_is_documented_and_reported_by_health() {
         .collect();
     assert!(runs.iter().any(|n| n.starts_with("session-")), "{runs:?}");
 }
+
+#[test]
+fn the_terminator_socket_takes_calls_without_a_token_and_tcp_refuses_every_call() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // Not private: refused before anything listens, naming the flag.
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = bin()
+        .arg("--terminator-socket")
+        .arg(open.join("s.sock"))
+        .args(["--languages", "none"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--terminator-socket") && err.contains("0700"),
+        "{err}"
+    );
+
+    let private = dir.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let sock = private.join("s.sock");
+    let mut child = bin()
+        .args([
+            "--listen-host=127.0.0.1",
+            "--grpc-port=0",
+            "--languages",
+            "shell",
+        ])
+        .arg("--terminator-socket")
+        .arg(&sock)
+        .arg("--root-dir")
+        .arg(dir.path().join("runs"))
+        .arg("--log-format=text")
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Started)
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[sandboxd] {line}");
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let tcp: std::net::SocketAddr = loop {
+        let l = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("sandboxd never said it was listening on TCP");
+        if let Some(rest) = l.split("listening on 127.0.0.1:").nth(1) {
+            let port: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            break format!("127.0.0.1:{port}").parse().unwrap();
+        }
+    };
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the socket is for sandboxd's own user only");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // Through the socket: no token is checked (any token, or none, gets through).
+        let any = Token::new("not-a-token-of-this-sandboxd").unwrap();
+        let c = SandboxdClient::connect_unix(&sock, &any).await.unwrap();
+        let h = c.health().await.unwrap();
+        assert!(h.languages.iter().any(|l| l == "shell"), "{h:?}");
+        // On TCP, where the code in the pod could connect: every call is refused.
+        let t = SandboxdClient::connect_plain(tcp, &any).await.unwrap();
+        assert_eq!(
+            t.health().await.unwrap_err().not_dispatched(),
+            Some(Reason::Permission)
+        );
+    });
+}

@@ -579,7 +579,7 @@ impl AgentSandboxProvider {
                     f.display()
                 ),
                 None => format!(
-                    "smoke test: sandboxd refused a call without a token: {e}; the pods' sandboxd still requires one, so set SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE to the token of the pods' --token-file"
+                    "smoke test: sandboxd refused a call without a token: {e}; without a token plimsolld relies on the pods' terminator requiring its client certificate (PLIMSOLL_SANDBOXD_CLIENT_CA), which then forwards through sandboxd's own socket; check that the pods' terminator has it, or set SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE to the token of the pods' --token-file"
                 ),
             }),
             RunError::Call(e) => start_error(format!("smoke test: the call to sandboxd over TLS failed: {e}")),

@@ -587,6 +587,10 @@ pub fn flag_drifts(container: &str, args: &[String]) -> Vec<Drift> {
             "--insecure-no-token",
             "sandboxd must require the token (--token-file)",
         ),
+        (
+            plimsoll_tls::supervise::TERMINATOR_SOCKET_FLAG,
+            "the terminator gives sandboxd its socket itself, in a directory of its own, when PLIMSOLL_SANDBOXD_CLIENT_CA is set",
+        ),
     ] {
         if let Some(a) = args
             .iter()
@@ -2244,6 +2248,11 @@ mod tests {
                 "--listen-host=127.0.0.1",
                 "--grpc-port=9091",
                 "--unix-socket=/x",
+            ]),
+            s(&[
+                "--listen-host=127.0.0.1",
+                "--grpc-port=9091",
+                "--terminator-socket=/tmp/x/s.sock",
             ]),
             s(&["--listen-host=0.0.0.0", "--grpc-port=9091"]),
         ] {

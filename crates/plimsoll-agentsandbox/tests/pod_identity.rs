@@ -250,3 +250,43 @@ async fn without_plimsollds_client_certificate_no_byte_reaches_sandboxd() {
     assert_eq!(c.sandboxd_calls(), before + 1);
     c.shutdown().await;
 }
+
+#[tokio::test]
+async fn with_client_certificates_no_token_is_needed_and_the_code_cannot_reach_sandboxds_socket() {
+    let c = per_pod_cluster().await;
+    let mut cfg = c.provider_config();
+    cfg.token_file = None;
+    let p = started(cfg).await;
+    // The probe runs as the run's own user (when the tests run as root, as in CI): it
+    // looks for the terminators' private socket directories and tries to enter each.
+    let probe = format!(
+        "for d in {}/*/tmp/plimsoll-tls-*; do [ -d \"$d\" ] || continue; \
+         if ls \"$d\" >/dev/null 2>&1; then echo OPEN; else echo closed; fi; done; echo end",
+        c.pods_dir().display()
+    );
+    let (out, _) = p
+        .run_timed(
+            Work::Project(pb::ProjectRun {
+                steps: vec![probe],
+                ..Default::default()
+            }),
+            T,
+        )
+        .await;
+    let Ok(Answer::Project(r)) = out else {
+        panic!("a run without a token over mutual TLS: {out:?}")
+    };
+    let text = String::from_utf8_lossy(&r.steps[0].stdout).into_owned();
+    assert!(text.ends_with("end\n"), "{text}");
+    if fake::run_user().is_some() {
+        assert!(
+            text.contains("closed"),
+            "no socket directory was found: {text}"
+        );
+        assert!(
+            !text.contains("OPEN"),
+            "the code entered sandboxd's socket directory: {text}"
+        );
+    }
+    c.shutdown().await;
+}

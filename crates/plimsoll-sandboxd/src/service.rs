@@ -35,6 +35,14 @@ pub enum Auth {
     /// No token is checked. Only for tests; the binary refuses it without
     /// `--insecure-no-token`.
     InsecureNoToken,
+    /// The terminator's private socket (`--terminator-socket`): no token is checked,
+    /// because the terminator forwards only connections whose client certificate it
+    /// verified (mutual TLS), and the socket's directory is sandboxd's own with no access
+    /// for anyone else, so nothing else in the pod can connect.
+    Terminator,
+    /// Every call is refused: sandboxd has no token file and takes calls only through the
+    /// terminator's socket.
+    Closed,
 }
 
 /// Counts of calls, for logs and tests.
@@ -63,6 +71,20 @@ impl tonic::service::Interceptor for Authenticator {
             Auth::InsecureNoToken => {
                 tracing::info!("sandboxd call received (no token required: insecure mode)");
                 return Ok(req);
+            }
+            Auth::Terminator => {
+                tracing::info!(
+                    "sandboxd call received (through the terminator's socket: client certificate verified)"
+                );
+                return Ok(req);
+            }
+            Auth::Closed => {
+                let refusal = Refusal::unauthenticated(
+                    "this sandboxd has no token and takes calls only through its terminator (mutual TLS); nothing ran",
+                );
+                self.counts.unauthenticated.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("sandboxd call received and refused: {}", refusal.message);
+                return Err(refusal.to_status());
             }
             Auth::Tokens(f) => f.tokens(),
         };
@@ -170,6 +192,31 @@ impl SandboxdService {
             SandboxdServer::new(self).max_decoding_message_size(MAX_REQUEST_BYTES + 1024 * 1024),
             auth,
         )
+    }
+
+    /// Two routes to one service (one runner, one payload at a time across both), each
+    /// with its own check: the TCP listener's and the terminator socket's.
+    pub fn into_servers(
+        self,
+        first: Auth,
+        second: Auth,
+    ) -> (
+        InterceptedService<SandboxdServer<Self>, Authenticator>,
+        InterceptedService<SandboxdServer<Self>, Authenticator>,
+    ) {
+        let counts = self.counts.clone();
+        let shared = Arc::new(self);
+        let route = |auth| {
+            InterceptedService::new(
+                SandboxdServer::from_arc(shared.clone())
+                    .max_decoding_message_size(MAX_REQUEST_BYTES + 1024 * 1024),
+                Authenticator {
+                    auth,
+                    counts: counts.clone(),
+                },
+            )
+        };
+        (route(first), route(second))
     }
 
     async fn run(&self, req: ExecuteRequest) -> Result<ExecuteResponse, Status> {

@@ -537,6 +537,12 @@ impl FakeCluster {
         self.inner.token_file.clone()
     }
 
+    /// The folder holding one folder per pod ever started (`<pod>/tmp` is the pod's
+    /// temporary folder).
+    pub fn pods_dir(&self) -> PathBuf {
+        self.inner.dir.join("pods")
+    }
+
     /// plimsolld's client certificate and key (with client certificates on).
     pub fn client_pair(&self) -> Option<plimsoll_tls::ClientPair> {
         self.inner
@@ -799,8 +805,12 @@ async fn start_pod(inner: &Arc<Inner>, cert: PodCert<'_>) -> std::io::Result<Pod
     let dir = inner.dir.join("pods").join(&name);
     let tls = dir.join("tls");
     let root = dir.join("root");
+    // The pod's own temporary folder (the terminator makes its private socket directory
+    // there), removed with the cluster even when the pod is killed.
+    let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tls)?;
     std::fs::create_dir_all(&root)?;
+    std::fs::create_dir_all(&tmp)?;
     let per_pod_leaf = |names: &[&str]| {
         let l = inner.ca.leaf(names);
         (l.cert_pem, l.key_pem)
@@ -847,6 +857,7 @@ async fn start_pod(inner: &Arc<Inner>, cert: PodCert<'_>) -> std::io::Result<Pod
         .env("PLIMSOLL_SANDBOXD_TLS_LISTEN", listen.to_string())
         .env("PLIMSOLL_SANDBOXD_TLS_DIR", &tls)
         .env("PLIMSOLL_SANDBOXD_TLS_UPSTREAM", upstream.to_string())
+        .env("TMPDIR", &tmp)
         // Renewals are seen within a fifth of a second (the default is two).
         .env("PLIMSOLL_SANDBOXD_TLS_RELOAD_INTERVAL_MS", "200")
         .env(

@@ -68,7 +68,37 @@ pub fn check_sandboxd_flags(args: &[String]) -> Result<(), FlagError> {
             why: format!("{a:?}: behind the terminator sandboxd serves TCP on 127.0.0.1:9091"),
         });
     }
+    if let Some(a) = args.iter().find(|a| {
+        *a == TERMINATOR_SOCKET_FLAG || a.starts_with(&format!("{TERMINATOR_SOCKET_FLAG}="))
+    }) {
+        return Err(FlagError {
+            flag: TERMINATOR_SOCKET_FLAG,
+            why: format!("{a:?}: the terminator gives sandboxd this flag itself, with a directory of its own, when PLIMSOLL_SANDBOXD_CLIENT_CA is set; remove it"),
+        });
+    }
     Ok(())
+}
+
+/// sandboxd's flag for the terminator's private socket (calls through it need no token).
+pub const TERMINATOR_SOCKET_FLAG: &str = "--terminator-socket";
+
+/// A fresh directory for the terminator's socket: created here with mode 0700 (never an
+/// existing one), inside `parent`. Returns the socket's path in it.
+pub fn private_socket_dir(parent: &Path) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut last = None;
+    for _ in 0..8 {
+        let mut name = [0u8; 6];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut name)
+            .map_err(|_| std::io::Error::other("no random bytes"))?;
+        let dir = parent.join(format!("plimsoll-tls-{}", hex::encode(name)));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir.join("sandboxd.sock")),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no directory")))
 }
 
 /// The flags sandboxd is started with when tests move it to another loopback address

@@ -51,6 +51,10 @@ pub struct TerminatorConfig {
     /// `PLIMSOLL_SANDBOXD_CLIENT_CA`: when set, every client must present a certificate
     /// chaining to a CA in this file before anything is forwarded (mutual TLS).
     pub client_ca: Option<PathBuf>,
+    /// Forward to sandboxd's terminator socket (`--terminator-socket`) instead of its TCP
+    /// port: set by the binary with mutual TLS, never from the environment. Calls through
+    /// it need no token, since only connections with a verified client certificate get there.
+    pub upstream_socket: Option<PathBuf>,
 }
 
 /// Names of the environment variables the terminator reads.
@@ -131,6 +135,7 @@ impl Default for TerminatorConfig {
             reload_interval: Duration::from_secs(2),
             startup_timeout: Duration::from_secs(30),
             client_ca: None,
+            upstream_socket: None,
         }
     }
 }
@@ -160,6 +165,7 @@ impl TerminatorConfig {
             reload_interval: v.millis(env::RELOAD_INTERVAL_MS, d.reload_interval)?,
             startup_timeout: v.millis(env::STARTUP_TIMEOUT_MS, d.startup_timeout)?,
             client_ca: v.path(crate::client_auth::CLIENT_CA_VAR),
+            upstream_socket: None,
         })
     }
 }
@@ -266,6 +272,7 @@ struct Shared {
     established: Arc<Semaphore>,
     max_connections: usize,
     upstream: SocketAddr,
+    upstream_socket: Option<PathBuf>,
     handshake_timeout: Duration,
     idle_timeout: Duration,
     epoch: Instant,
@@ -327,6 +334,7 @@ impl Terminator {
             established: Arc::new(Semaphore::new(cfg.max_connections)),
             max_connections: cfg.max_connections,
             upstream: cfg.upstream,
+            upstream_socket: cfg.upstream_socket.clone(),
             handshake_timeout: cfg.handshake_timeout,
             idle_timeout: cfg.idle_timeout,
             epoch: Instant::now(),
@@ -500,29 +508,29 @@ async fn serve_connection(
         }
     };
     drop(handshake_slot);
-    let upstream =
-        match tokio::time::timeout(sh.handshake_timeout, TcpStream::connect(sh.upstream)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                limited_warn!(
-                    sh.log,
-                    "dropped {peer}: sandboxd at {} refused the connection: {e}",
-                    sh.upstream
-                );
-                return;
-            }
-            Err(_) => {
-                limited_warn!(
-                    sh.log,
-                    "dropped {peer}: sandboxd at {} did not accept in time",
-                    sh.upstream
-                );
-                return;
-            }
-        };
-    let _ = upstream.set_nodelay(true);
+    let target = match &sh.upstream_socket {
+        Some(p) => format!("unix:{}", p.display()),
+        None => sh.upstream.to_string(),
+    };
+    let upstream = match tokio::time::timeout(sh.handshake_timeout, connect_upstream(sh)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            limited_warn!(
+                sh.log,
+                "dropped {peer}: sandboxd at {target} refused the connection: {e}"
+            );
+            return;
+        }
+        Err(_) => {
+            limited_warn!(
+                sh.log,
+                "dropped {peer}: sandboxd at {target} did not accept in time"
+            );
+            return;
+        }
+    };
     sh.counters.forwarded.fetch_add(1, Ordering::Relaxed);
-    tracing::debug!("forwarding {peer} to {}", sh.upstream);
+    tracing::debug!("forwarding {peer} to {target}");
 
     let last = Arc::new(AtomicU64::new(sh.millis()));
     let mut client = Tracked {
@@ -545,6 +553,21 @@ async fn serve_connection(
         _ = idle_watch(&last, sh) => {
             sh.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
             limited_warn!(sh.log, "closed {peer}: idle for {:?}", sh.idle_timeout);
+        }
+    }
+}
+
+/// sandboxd's side of a forwarded connection: its TCP port, or its terminator socket.
+trait Upstream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Upstream for T {}
+
+async fn connect_upstream(sh: &Shared) -> std::io::Result<Box<dyn Upstream>> {
+    match &sh.upstream_socket {
+        Some(p) => Ok(Box::new(tokio::net::UnixStream::connect(p).await?)),
+        None => {
+            let s = TcpStream::connect(sh.upstream).await?;
+            let _ = s.set_nodelay(true);
+            Ok(Box::new(s))
         }
     }
 }
