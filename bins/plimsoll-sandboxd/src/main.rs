@@ -29,10 +29,11 @@ token per line; two lines during a rotation; the file is re-read every 2 s). Cal
 it are refused, marked not dispatched (permission), before the payload is read.
 
 --terminator-socket=PATH (added by plimsoll-sandboxd-tls when it requires client
-certificates): sandboxd also serves on that Unix socket, in a directory that must be its
-own user's with no access for anyone else, and takes calls there without a token; the
-terminator forwards there only connections whose client certificate it verified. With it,
---token-file is optional; without a token file every call on TCP is refused.
+certificates; needs --run-as): sandboxd also serves on that Unix socket, in a directory
+that must be its own user's with no access for anyone else, and takes calls there without
+a token, only from connections whose peer runs as sandboxd's own user (the terminator);
+the terminator forwards there only connections whose client certificate it verified. With
+it, --token-file is optional; without a token file every call on TCP is refused.
 
 PLIMSOLL_SANDBOXD_PARENT_PID=<pid> (set by plimsoll-sandboxd-tls): sandboxd asks the kernel
 for SIGKILL when its parent dies, and exits at once (code 1) if its parent is not that
@@ -239,7 +240,10 @@ fn main() -> ExitCode {
             return usage_error("--terminator-socket", e);
         }
         if flags.run_as.is_none() {
-            tracing::warn!("--terminator-socket without --run-as: the code runs as sandboxd's own user and could reach the socket; give the code a user of its own");
+            return usage_error(
+                "--terminator-socket",
+                "needs --run-as: without a user of its own the code runs as sandboxd's user, which is the one user the socket lets call without a token",
+            );
         }
     }
     let root_dir = flags
@@ -374,8 +378,9 @@ async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
             };
             tracing::info!("listening on unix:{} for the terminator", path.display());
             let mut rx = stop_rx.clone();
-            Some(tokio::spawn(plimsoll_sandboxd::serve_unix(
+            Some(tokio::spawn(plimsoll_sandboxd::serve_unix_for_uid(
                 listener,
+                nix::unistd::geteuid().as_raw(),
                 route,
                 async move {
                     let _ = rx.wait_for(|s| *s).await;

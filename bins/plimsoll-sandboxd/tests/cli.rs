@@ -332,12 +332,31 @@ fn the_terminator_socket_takes_calls_without_a_token_and_tcp_refuses_every_call(
     std::fs::create_dir(&private).unwrap();
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
     let sock = private.join("s.sock");
+    // Without a user of its own for the code, the socket's one user would be the code's.
+    let out = bin()
+        .arg("--terminator-socket")
+        .arg(&sock)
+        .args(["--languages", "none"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--terminator-socket") && err.contains("--run-as"),
+        "{err}"
+    );
+    if !nix::unistd::geteuid().is_root() {
+        println!("SKIPPED: serving on the terminator socket needs --run-as, which needs root");
+        return;
+    }
     let mut child = bin()
         .args([
             "--listen-host=127.0.0.1",
             "--grpc-port=0",
             "--languages",
             "shell",
+            "--run-as",
+            "61999:61999",
         ])
         .arg("--terminator-socket")
         .arg(&sock)

@@ -92,7 +92,24 @@ struct Reloading<T> {
 type Stamp = (SystemTime, u64, u64);
 
 /// Reads and checks the files' content.
-type Loader<T> = Box<dyn Fn() -> Result<T, String> + Send + Sync>;
+type Loader<T> = Box<dyn Fn() -> Result<T, LoadError> + Send + Sync>;
+
+/// Why files could not be loaded, and whether the same bytes may load later (a
+/// certificate not valid yet becomes valid with time, so it is tried again at every use
+/// instead of waiting for the files to change).
+struct LoadError {
+    message: String,
+    retry: bool,
+}
+
+impl LoadError {
+    fn of(message: impl std::fmt::Display) -> LoadError {
+        LoadError {
+            message: message.to_string(),
+            retry: false,
+        }
+    }
+}
 
 fn stamp(path: &Path) -> Option<Stamp> {
     use std::os::unix::fs::MetadataExt;
@@ -107,7 +124,7 @@ impl<T: Clone> Reloading<T> {
         load: Loader<T>,
     ) -> Result<Reloading<T>, String> {
         let st = paths.iter().map(|p| stamp(p)).collect();
-        let first = load()?;
+        let first = load().map_err(|e| e.message)?;
         Ok(Reloading {
             paths,
             what,
@@ -132,9 +149,13 @@ impl<T: Clone> Reloading<T> {
                     *cur = (v, st);
                 }
                 Err(e) => {
-                    tracing::error!(files = %files, error = %e,
+                    tracing::error!(files = %files, error = %e.message,
                         "{} changed but cannot be used; keeping the previous one", self.what);
-                    cur.1 = st;
+                    // A pair not valid yet is tried again at the next use; anything else
+                    // waits for the files to change.
+                    if !e.retry {
+                        cur.1 = st;
+                    }
                 }
             }
         }
@@ -174,19 +195,9 @@ impl AgentSandboxProvider {
         let tls = Reloading::open(
             spec.files(),
             "TLS client (CA file, client certificate)",
-            Box::new(move || ClientTls::build(&spec).map_err(|e| e.to_string())),
+            Box::new(move || ClientTls::build(&spec).map_err(|e| client_tls_error(&spec, e))),
         )
-        .map_err(|e| match &cfg.client_cert {
-            Some(pair) if !e.starts_with("CA file") => start_error(format!(
-                "SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE={} / SANDBOX_AGENTSANDBOX_CLIENT_KEY_FILE={}: {e}; they must hold plimsolld's client certificate (PEM chain, leaf first, inside its validity) and its matching private key",
-                pair.cert_file.display(),
-                pair.key_file.display()
-            )),
-            _ => start_error(format!(
-                "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE={}: {e}; it must hold the PEM CA certificate(s) (certificates only) that signed the pods' sandboxd certificate",
-                cfg.ca_file.display()
-            )),
-        })?;
+        .map_err(start_error)?;
         let token = match &cfg.token_file {
             None => None,
             Some(path) => {
@@ -195,7 +206,7 @@ impl AgentSandboxProvider {
                     Reloading::open(
                         vec![path.clone()],
                         "sandboxd token file",
-                        Box::new(move || Token::read_file(&p).map_err(|e| e.to_string())),
+                        Box::new(move || Token::read_file(&p).map_err(LoadError::of)),
                     )
                     .map_err(|e| {
                         start_error(format!("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN_FILE: {e}"))
@@ -585,6 +596,26 @@ impl AgentSandboxProvider {
             RunError::Call(e) => start_error(format!("smoke test: the call to sandboxd over TLS failed: {e}")),
             RunError::Answer(m) => start_error(format!("smoke test: {m}")),
         })
+    }
+}
+
+/// Says which variable's file is at fault, and marks a client certificate that is not
+/// valid yet for another try.
+fn client_tls_error(spec: &plimsoll_tls::ClientSpec, e: plimsoll_tls::ClientTlsError) -> LoadError {
+    use plimsoll_tls::ClientTlsError as E;
+    match (&e, &spec.client_cert) {
+        (E::ClientPair { .. } | E::ClientRead { .. }, Some(pair)) => LoadError {
+            retry: matches!(&e, E::ClientPair { source, .. } if matches!(**source, plimsoll_tls::PairError::NotYetValid { .. })),
+            message: format!(
+                "SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE={} / SANDBOX_AGENTSANDBOX_CLIENT_KEY_FILE={}: {e}; they must hold plimsolld's client certificate (PEM chain, leaf first, inside its validity) and its matching private key",
+                pair.cert_file.display(),
+                pair.key_file.display()
+            ),
+        },
+        _ => LoadError::of(format!(
+            "SANDBOX_AGENTSANDBOX_SANDBOXD_CA_FILE={}: {e}; it must hold the PEM CA certificate(s) (certificates only) that signed the pods' sandboxd certificate",
+            spec.ca_file.display()
+        )),
     }
 }
 

@@ -206,7 +206,10 @@ async fn hardened_mode_starts_without_the_statement_only_with_per_pod_identity_a
         v[0].contains("SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE"),
         "{v:?}"
     );
-    assert!(!v[0].contains("ENCRYPTED_POD_NETWORK="), "{v:?}");
+    assert!(
+        !v[0].contains("SANDBOX_AGENTSANDBOX_ENCRYPTED_POD_NETWORK"),
+        "{v:?}"
+    );
 
     // Client certificates with one shared certificate: the statement is still required.
     let mut extra = HARDENED.to_vec();

@@ -20,6 +20,18 @@ fn bins() -> PathBuf {
     fake::sandboxd_binaries().expect("build the sandboxd binaries")
 }
 
+/// Per-pod pods need root: sandboxd's `--terminator-socket` needs `--run-as`, which needs
+/// root. Elsewhere these tests say so and pass without running.
+fn root_or_skip(test: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective user.
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root {
+        println!("SKIPPED: {test} needs root (sandboxd's --run-as, as in the shipped template)");
+    }
+    root
+}
+
 async fn per_pod_cluster() -> FakeCluster {
     FakeCluster::start(FakeClusterOptions::per_pod(bins()))
         .await
@@ -56,6 +68,11 @@ async fn refused(p: &AgentSandboxProvider) -> String {
 
 #[tokio::test]
 async fn per_pod_identity_accepts_the_right_pod_and_refuses_a_redirect_with_nothing_sent() {
+    if !root_or_skip(
+        "per_pod_identity_accepts_the_right_pod_and_refuses_a_redirect_with_nothing_sent",
+    ) {
+        return;
+    }
     let c = per_pod_cluster().await;
     let cfg = c.provider_config();
     assert_eq!(cfg.pod_identity, PodIdentity::Ip);
@@ -106,6 +123,9 @@ async fn per_pod_identity_accepts_the_right_pod_and_refuses_a_redirect_with_noth
 
 #[tokio::test]
 async fn a_certificate_without_the_ip_or_for_another_pod_is_refused() {
+    if !root_or_skip("a_certificate_without_the_ip_or_for_another_pod_is_refused") {
+        return;
+    }
     let c = per_pod_cluster().await;
     let p = started(c.provider_config()).await;
 
@@ -127,13 +147,20 @@ async fn a_certificate_without_the_ip_or_for_another_pod_is_refused() {
     assert!(m.contains("it carries IpAddress(127."), "{m}");
     assert_eq!(c.sandboxd_calls(), before);
 
-    // Control: the same provider in shared mode would have accepted the name-only
-    // certificate (it chains and carries the name), so it is the IP check that refused.
+    // Control: a provider in shared mode accepts the name-only certificate (it chains and
+    // carries the name): it is the IP check that refused it above.
+    c.set_mode(PodMode::CertWithoutIp);
+    // (The read-back wants a Secret volume in shared mode; the pods are the same.)
+    let mut t = fake::per_pod_template();
+    t["spec"]["podTemplate"]["spec"]["volumes"][0] = serde_json::json!({
+        "name": "sandboxd-tls",
+        "secret": {"secretName": "plimsoll-sandboxd-tls", "defaultMode": 256}});
+    c.set_template(t);
     let mut shared = c.provider_config();
     shared.pod_identity = PodIdentity::Shared;
-    let p2 = AgentSandboxProvider::new(shared).unwrap();
-    let tls = ClientTls::build(&p2.config().client_spec()).unwrap();
-    assert_eq!(tls.identity(), PodIdentity::Shared);
+    let p2 = started(shared).await;
+    let (out, _) = p2.run_timed(echo("by-name"), T).await;
+    assert!(matches!(out, Ok(Answer::Project(_))), "{out:?}");
     c.shutdown().await;
 }
 
@@ -158,6 +185,10 @@ async fn served_cert(tls: &ClientTls, addr: std::net::SocketAddr) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_renewed_per_pod_certificate_keeps_open_connections_and_serves_the_next_one() {
+    if !root_or_skip("a_renewed_per_pod_certificate_keeps_open_connections_and_serves_the_next_one")
+    {
+        return;
+    }
     let c = per_pod_cluster().await;
     let addr = c.standalone_pod().await.unwrap();
     let tls = client(&c, c.client_pair());
@@ -196,6 +227,9 @@ async fn a_renewed_per_pod_certificate_keeps_open_connections_and_serves_the_nex
 
 #[tokio::test]
 async fn without_plimsollds_client_certificate_no_byte_reaches_sandboxd() {
+    if !root_or_skip("without_plimsollds_client_certificate_no_byte_reaches_sandboxd") {
+        return;
+    }
     let c = per_pod_cluster().await;
     let addr = c.standalone_pod().await.unwrap();
     let before = c.sandboxd_calls();
@@ -209,6 +243,15 @@ async fn without_plimsollds_client_certificate_no_byte_reaches_sandboxd() {
         Err(e) => Err(e),
     };
     assert!(res.is_err(), "a client without a certificate got an answer");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.pod_logs().contains("client presented no certificate") {
+        assert!(
+            Instant::now() < deadline,
+            "the terminator did not log the refusal: {}",
+            c.pod_logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // A client certificate from another CA.
     let other = Ca::unique("not the pods' client CA");
@@ -253,6 +296,11 @@ async fn without_plimsollds_client_certificate_no_byte_reaches_sandboxd() {
 
 #[tokio::test]
 async fn with_client_certificates_no_token_is_needed_and_the_code_cannot_reach_sandboxds_socket() {
+    if !root_or_skip(
+        "with_client_certificates_no_token_is_needed_and_the_code_cannot_reach_sandboxds_socket",
+    ) {
+        return;
+    }
     let c = per_pod_cluster().await;
     let mut cfg = c.provider_config();
     cfg.token_file = None;
@@ -288,5 +336,115 @@ async fn with_client_certificates_no_token_is_needed_and_the_code_cannot_reach_s
             "the code entered sandboxd's socket directory: {text}"
         );
     }
+    c.shutdown().await;
+}
+
+/// A process killed when the test ends, even by a failed assertion.
+struct Impostor(std::process::Child);
+
+impl Drop for Impostor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A pod's `/tmp` is an emptyDir, writable by everyone without the sticky bit, so the code
+/// can rename the terminator's private socket directory and put a socket of its own at the
+/// same path. The terminator then refuses to forward (the peer is not sandboxd's user):
+/// the impostor gets a connection but not one byte, and plimsolld's call fails unanswered.
+#[tokio::test]
+async fn a_socket_put_in_sandboxds_place_by_another_user_gets_nothing() {
+    if !root_or_skip("a_socket_put_in_sandboxds_place_by_another_user_gets_nothing") {
+        return;
+    }
+    let python = std::path::Path::new("/usr/bin/python3");
+    if !python.exists() {
+        println!("SKIPPED: /usr/bin/python3 is needed for the impostor");
+        return;
+    }
+    let c = per_pod_cluster().await;
+    let addr = c.standalone_pod().await.unwrap();
+    let good = client(&c, c.client_pair());
+    let before = SandboxdClient::connect_tls(&good, addr, &token(&c))
+        .await
+        .unwrap();
+    before.health().await.unwrap();
+
+    // Every pod's socket directory is replaced by one of uid 65534 holding its listener.
+    let mut impostors = Vec::new();
+    let mut marks = Vec::new();
+    for pod in std::fs::read_dir(c.pods_dir()).unwrap().flatten() {
+        for d in std::fs::read_dir(pod.path().join("tmp")).unwrap().flatten() {
+            let dir = d.path();
+            if !dir
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("plimsoll-tls-")
+            {
+                continue;
+            }
+            std::fs::rename(&dir, dir.with_extension("moved")).unwrap();
+            std::fs::create_dir(&dir).unwrap();
+            std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+            let mark = pod.path().join("tmp").join("impostor-bytes");
+            let script = format!(
+                "import socket,os\ns=socket.socket(socket.AF_UNIX)\ns.bind({sock:?})\nos.chmod({sock:?},0o777)\ns.listen(8)\n\
+                 open({ready:?},'w').close()\nwhile True:\n  c,_=s.accept()\n  n=0\n  c.settimeout(2)\n  \
+                 try:\n    while True:\n      b=c.recv(4096)\n      if not b: break\n      n+=len(b)\n  except Exception: pass\n  \
+                 open({mark:?},'a').write(str(n)+'\\n')\n",
+                sock = dir.join("sandboxd.sock").display().to_string(),
+                ready = dir.join("ready").display().to_string(),
+                mark = mark.display().to_string(),
+            );
+            let child = std::process::Command::new("setpriv")
+                .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(python)
+                .args(["-c", &script])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            impostors.push(Impostor(child));
+            marks.push((dir.join("ready"), mark));
+        }
+    }
+    assert!(!marks.is_empty(), "no socket directory was found");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for (ready, _) in &marks {
+        while !ready.exists() {
+            assert!(Instant::now() < deadline, "the impostor never listened");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    let err = SandboxdClient::connect_tls(&good, addr, &token(&c))
+        .await
+        .expect_err("a replaced socket must not answer");
+    assert_eq!(err.not_dispatched(), Some(Reason::Environment), "{err}");
+    assert!(err.to_string().contains("then closed"), "{err}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c
+        .pod_logs()
+        .contains("something replaced sandboxd's socket")
+    {
+        assert!(Instant::now() < deadline, "no log line: {}", c.pod_logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The impostor was connected to (the terminator checks its peer after connecting), but
+    // not one byte reached it.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    drop(impostors);
+    let got: Vec<String> = marks
+        .iter()
+        .filter_map(|(_, m)| std::fs::read_to_string(m).ok())
+        .collect();
+    assert!(!got.is_empty(), "the impostor was never connected to");
+    assert!(
+        got.iter().all(|g| g.lines().all(|n| n == "0")),
+        "bytes reached the impostor: {got:?}"
+    );
     c.shutdown().await;
 }

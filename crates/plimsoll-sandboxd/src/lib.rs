@@ -13,7 +13,7 @@ pub mod token;
 #[cfg(feature = "provider")]
 pub use client::SessionReply;
 pub use client::{CallError, ConnectFailure, SandboxdClient};
-pub use serve::{serve_tcp, serve_unix, SandboxdRoute};
+pub use serve::{serve_tcp, serve_unix, serve_unix_for_uid, SandboxdRoute};
 pub use service::{
     Auth, CallCounts, SandboxdService, SESSION_BOUNDARY_FAILED_KEY, SESSION_DISK_BYTES_KEY,
 };

@@ -28,6 +28,41 @@ pub async fn serve_tcp(
         .await
 }
 
+/// Serves on a Unix socket, taking only connections whose peer runs as `uid` (checked
+/// with the kernel's peer credentials on each accepted connection; others are closed
+/// unanswered), until `shutdown` resolves. For the terminator's socket: only the
+/// terminator, which runs as sandboxd's own user, may call without a token.
+pub async fn serve_unix_for_uid(
+    listener: UnixListener,
+    uid: u32,
+    route: SandboxdRoute,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    use tokio_stream::StreamExt;
+    let incoming = UnixListenerStream::new(listener).filter(move |conn| match conn {
+        Ok(stream) => match stream.peer_cred() {
+            Ok(c) if c.uid() == uid => true,
+            Ok(c) => {
+                tracing::warn!(
+                    peer_uid = c.uid(),
+                    peer_pid = ?c.pid(),
+                    "a connection to the terminator's socket from another user than the terminator's was closed"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!("the peer of a connection to the terminator's socket cannot be read ({e}); closed");
+                false
+            }
+        },
+        Err(_) => true,
+    });
+    Server::builder()
+        .add_service(route)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
 /// Serves on a Unix socket until `shutdown` resolves.
 pub async fn serve_unix(
     listener: UnixListener,

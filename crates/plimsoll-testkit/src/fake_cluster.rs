@@ -89,8 +89,8 @@ pub enum PodMode {
     NeverReady,
     /// Give each claim a cold-started pod serving this certificate instead.
     ServeCert(Pki),
-    /// Give each claim a cold-started pod serving a certificate of the cluster's CA made
-    /// for another pod's address (a pod holding a neighbour's key).
+    /// Give each claim a cold-started pod serving another living pod's own certificate and
+    /// key (a pod holding a neighbour's key).
     OtherPodCert,
     /// Give each claim a cold-started pod serving a certificate of the cluster's CA that
     /// carries the server name but no IP address.
@@ -572,6 +572,17 @@ impl FakeCluster {
             .sum()
     }
 
+    /// Every pod's log so far (the terminator's and sandboxd's lines), living or killed.
+    pub fn pod_logs(&self) -> String {
+        let Ok(rd) = std::fs::read_dir(self.pods_dir()) else {
+            return String::new();
+        };
+        rd.filter_map(Result::ok)
+            .filter_map(|e| std::fs::read_to_string(e.path().join("pod.log")).ok())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Renews every living pod's per-pod certificate in place (a fresh key and
     /// certificate for the same address, written as the CSI driver writes a renewal) and
     /// returns each pod's TLS address with the DER of its new certificate.
@@ -811,6 +822,11 @@ async fn start_pod(inner: &Arc<Inner>, cert: PodCert<'_>) -> std::io::Result<Pod
     std::fs::create_dir_all(&tls)?;
     std::fs::create_dir_all(&root)?;
     std::fs::create_dir_all(&tmp)?;
+    {
+        // As Kubernetes makes an emptyDir: writable by everyone, without the sticky bit.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777))?;
+    }
     let per_pod_leaf = |names: &[&str]| {
         let l = inner.ca.leaf(names);
         (l.cert_pem, l.key_pem)
@@ -924,7 +940,10 @@ async fn bind_claim(inner: Arc<Inner>, claim: String) {
             }
         }
         PodMode::ServeCert(pki) => start_pod(&inner, PodCert::Pki(&pki)).await,
-        PodMode::OtherPodCert => start_pod(&inner, PodCert::ForIp(next_pod_ip())).await,
+        PodMode::OtherPodCert => match neighbours_pair(&inner) {
+            Some(pki) => start_pod(&inner, PodCert::Pki(&pki)).await,
+            None => start_pod(&inner, PodCert::ForIp(next_pod_ip())).await,
+        },
         PodMode::CertWithoutIp => start_pod(&inner, PodCert::NameOnly).await,
         PodMode::Redirect => match start_pod(&inner, PodCert::Own).await {
             Ok(mut p) => {
@@ -978,6 +997,17 @@ async fn replenish(inner: Arc<Inner>) {
         Ok(p) => lock(&inner).warm.push_back(p),
         Err(e) => tracing::error!(error = %e, "fake controller could not replenish the pool"),
     }
+}
+
+/// The certificate and key a living pod serves (read from its certificate volume).
+fn neighbours_pair(inner: &Inner) -> Option<Pki> {
+    let s = lock(inner);
+    let pod = s.warm.front().or_else(|| s.bound.values().next())?;
+    Some(Pki {
+        ca_pem: inner.pki.ca_pem.clone(),
+        cert_pem: std::fs::read_to_string(pod.tls_dir.join("tls.crt")).ok()?,
+        key_pem: std::fs::read_to_string(pod.tls_dir.join("tls.key")).ok()?,
+    })
 }
 
 /// A TCP relay from `from` to `to` (both loopback): every connection accepted at `from`

@@ -344,31 +344,65 @@ impl ClientTls {
                     buf.truncate(n);
                     stream.pending = buf;
                 }
-                Ok(_) => {
-                    return Err(self.client_cert_refused(
-                        addr,
-                        "the server closed the connection without a word".into(),
-                    ))
+                Ok(_) => return Err(self.closed_after_handshake(addr)),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof
+                        && e.get_ref()
+                            .and_then(|i| i.downcast_ref::<rustls::Error>())
+                            .is_none() =>
+                {
+                    return Err(self.closed_after_handshake(addr))
                 }
-                Err(e) => return Err(self.client_cert_refused(addr, describe_client_io_error(&e))),
+                Err(e) => return Err(self.client_cert_refused(addr, &e)),
             }
         }
         Ok(stream)
     }
 
-    fn client_cert_refused(&self, addr: SocketAddr, why: String) -> ConnectError {
+    /// The terminator answered the client certificate with an alert (or the connection
+    /// broke): the advice depends on which alert.
+    fn client_cert_refused(&self, addr: SocketAddr, e: &std::io::Error) -> ConnectError {
+        use rustls::AlertDescription as A;
         let cert = self
             .client_cert
             .as_ref()
             .map(|p| p.cert_file.display().to_string())
             .unwrap_or_default();
+        let alert = e
+            .get_ref()
+            .and_then(|i| i.downcast_ref::<rustls::Error>())
+            .and_then(|re| match re {
+                rustls::Error::AlertReceived(a) => Some(*a),
+                _ => None,
+            });
+        let advice = match alert {
+            Some(A::CertificateExpired) => format!(
+                "renew plimsolld's client certificate {cert} (SANDBOX_AGENTSANDBOX_CLIENT_CERT_FILE); it is re-read when it changes"
+            ),
+            Some(A::UnknownCA | A::BadCertificate | A::CertificateRequired | A::CertificateUnknown | A::UnsupportedCertificate) | None => format!(
+                "the pod's PLIMSOLL_SANDBOXD_CLIENT_CA must hold the CA that signed plimsolld's client certificate {cert}"
+            ),
+            Some(_) => "see the pod's log for why the terminator refused the connection".to_owned(),
+        };
         ConnectError::Handshake {
             addr,
             ca_file: self.ca_file.clone(),
             server_name: self.expected_name(addr),
             reason: format!(
-                "the pod did not accept plimsolld's client certificate {cert} ({why}); its PLIMSOLL_SANDBOXD_CLIENT_CA must hold the CA that signed it"
+                "the pod did not accept plimsolld's client certificate ({}); {advice}",
+                describe_client_io_error(e)
             ),
+        }
+    }
+
+    /// The terminator accepted the handshake (and so the client certificate) but closed
+    /// without a byte from sandboxd: nothing was forwarded to the code's side of the pod.
+    fn closed_after_handshake(&self, addr: SocketAddr) -> ConnectError {
+        ConnectError::Handshake {
+            addr,
+            ca_file: self.ca_file.clone(),
+            server_name: self.expected_name(addr),
+            reason: "the pod's terminator accepted the handshake, then closed the connection before sandboxd said a word (sandboxd not answering, or its socket replaced); see the pod's log".into(),
         }
     }
 }

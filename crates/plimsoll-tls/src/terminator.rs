@@ -563,7 +563,22 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Upstream for T {}
 
 async fn connect_upstream(sh: &Shared) -> std::io::Result<Box<dyn Upstream>> {
     match &sh.upstream_socket {
-        Some(p) => Ok(Box::new(tokio::net::UnixStream::connect(p).await?)),
+        Some(p) => {
+            let s = tokio::net::UnixStream::connect(p).await?;
+            // The path lives in a folder others may be able to rename (a pod's /tmp is
+            // often world-writable without the sticky bit): whatever answers there must
+            // run as the terminator's own user, as sandboxd does, or nothing is forwarded.
+            let me = nix::unistd::geteuid().as_raw();
+            let peer = s.peer_cred()?;
+            if peer.uid() != me {
+                return Err(std::io::Error::other(format!(
+                    "the socket is served by uid {} (pid {:?}), not by sandboxd's uid {me}; something replaced sandboxd's socket, nothing is forwarded",
+                    peer.uid(),
+                    peer.pid()
+                )));
+            }
+            Ok(Box::new(s))
+        }
         None => {
             let s = TcpStream::connect(sh.upstream).await?;
             let _ = s.set_nodelay(true);
