@@ -112,6 +112,9 @@ pub enum DriftKind {
     CertFiles,
     /// Per-pod identity: `fs-group` is set, which would make the key readable to a group.
     FsGroup,
+    /// `key-usages` asks for `client auth`: a pod's certificate could then pass as
+    /// plimsolld's client certificate wherever the two CAs are one.
+    KeyUsages,
     /// Per-pod identity: `is-ca` is not false.
     IsCa,
     /// Per-pod identity: `pkcs12-enable` is not false.
@@ -152,6 +155,7 @@ impl DriftKind {
             DriftKind::Issuer => "issuer",
             DriftKind::CertFiles => "cert-files",
             DriftKind::FsGroup => "fs-group",
+            DriftKind::KeyUsages => "key-usages",
             DriftKind::IsCa => "is-ca",
             DriftKind::Pkcs12 => "pkcs12",
             DriftKind::CertDuration => "cert-duration",
@@ -780,6 +784,18 @@ fn csi_drifts(v: &Volume) -> Vec<Drift> {
             format!(
                 "{} is {kind:?}; it must be Issuer (the default) or ClusterIssuer",
                 attr("issuer-kind")
+            ),
+        ));
+    }
+    if let Some(usages) = get("key-usages").filter(|u| {
+        u.split(',')
+            .any(|x| x.trim().eq_ignore_ascii_case("client auth"))
+    }) {
+        out.push(drift(
+            DriftKind::KeyUsages,
+            format!(
+                "{} is {usages:?}; a pod's certificate must not be usable as a client certificate (it could pass as plimsolld's where the two CAs are one): remove client auth",
+                attr("key-usages")
             ),
         ));
     }
@@ -1565,6 +1581,11 @@ mod tests {
                 DriftKind::FsGroup,
                 "fs-group is \"\"",
                 Box::new(|t| set_attr(t, "fs-group", "")),
+            ),
+            (
+                DriftKind::KeyUsages,
+                "\"server auth,client auth\"",
+                Box::new(|t| set_attr(t, "key-usages", "server auth,client auth")),
             ),
             (
                 DriftKind::IsCa,
