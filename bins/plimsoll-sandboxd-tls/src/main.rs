@@ -221,7 +221,13 @@ async fn serve(
             return ExitCode::from(1);
         }
     }
-    let upstream = cfg.upstream;
+    let upstream = match &cfg.upstream_socket {
+        Some(sock) => format!(
+            "unix:{} (client certificates verified; no token needed)",
+            sock.display()
+        ),
+        None => cfg.upstream.to_string(),
+    };
     let drain = cfg.drain_timeout;
     let terminator = match Terminator::bind(cfg).await {
         Ok(t) => t,

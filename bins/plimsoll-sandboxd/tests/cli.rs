@@ -144,6 +144,19 @@ fn conflicting_flags_are_usage_errors() {
     }
 }
 
+/// sandboxd's stderr, line by line (echoed to the test's own stderr as they come).
+fn log_lines(child: &mut Started) -> std::sync::mpsc::Receiver<String> {
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[sandboxd] {line}");
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
 /// sandboxd on the Unix socket `sock`, with the token in `dir/token` and its runs in
 /// `dir/runs`, `args` added, its stderr piped.
 fn serve_on(dir: &std::path::Path, sock: &std::path::Path, args: &[&str]) -> Started {
@@ -168,14 +181,7 @@ fn serves_on_a_unix_socket_with_the_token_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("sandboxd.sock");
     let mut child = serve_on(dir.path(), &sock, &["--log-format=json"]);
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[sandboxd] {line}");
-            let _ = tx.send(line);
-        }
-    });
+    let rx = log_lines(&mut child);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut lines = Vec::new();
     while !lines
@@ -240,13 +246,7 @@ fn given_languages_are_reported_without_a_proof() {
         &sock,
         &["--languages", "shell,python", "--log-format=json"],
     );
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = log_lines(&mut child);
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut lines: Vec<String> = Vec::new();
     while !lines.iter().any(|l| l.contains("listening on unix:")) {
@@ -367,14 +367,7 @@ fn the_terminator_socket_takes_calls_without_a_token_and_tcp_refuses_every_call(
         .spawn()
         .map(Started)
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[sandboxd] {line}");
-            let _ = tx.send(line);
-        }
-    });
+    let rx = log_lines(&mut child);
     let deadline = Instant::now() + Duration::from_secs(60);
     let tcp: std::net::SocketAddr = loop {
         let l = rx

@@ -448,3 +448,37 @@ async fn a_socket_put_in_sandboxds_place_by_another_user_gets_nothing() {
     );
     c.shutdown().await;
 }
+
+/// plimsolld's client certificate is re-read when its files change: a renewed pair from the
+/// same client CA keeps runs going, and a pair from another CA is then what is presented
+/// (the pods refuse it), which shows the files were really read again.
+#[tokio::test]
+async fn plimsollds_client_certificate_is_reloaded_when_its_files_change() {
+    if !root_or_skip("plimsollds_client_certificate_is_reloaded_when_its_files_change") {
+        return;
+    }
+    let c = per_pod_cluster().await;
+    let p = started(c.provider_config()).await;
+    c.renew_client_pair().expect("client certificates are on");
+    let (out, _) = p.run_timed(echo("renewed"), T).await;
+    assert!(matches!(out, Ok(Answer::Project(_))), "{out:?}");
+
+    let pair = c.client_pair().unwrap();
+    let other = Ca::unique("not the pods' client CA").client_leaf("plimsolld.plimsoll.invalid");
+    // A key and certificate of another CA, written as one more renewal (same files).
+    std::fs::write(pair.key_file.with_extension("new"), &other.key_pem).unwrap();
+    std::fs::rename(pair.key_file.with_extension("new"), &pair.key_file).unwrap();
+    std::fs::write(pair.cert_file.with_extension("new"), &other.cert_pem).unwrap();
+    std::fs::rename(pair.cert_file.with_extension("new"), &pair.cert_file).unwrap();
+    let m = refused(&p).await;
+    assert!(
+        m.contains("did not accept plimsolld's client certificate"),
+        "{m}"
+    );
+
+    // Back to a good pair: accepted again, without a restart.
+    c.renew_client_pair().unwrap();
+    let (out, _) = p.run_timed(echo("good-again"), T).await;
+    assert!(matches!(out, Ok(Answer::Project(_))), "{out:?}");
+    c.shutdown().await;
+}

@@ -395,6 +395,8 @@ struct Inner {
     per_pod: bool,
     /// The client CA file the pods require a certificate from (mutual TLS).
     client_ca_file: Option<PathBuf>,
+    /// That CA, which issues renewed client certificates.
+    client_ca: Option<Ca>,
     port: u16,
     warm_target: usize,
     token_file: PathBuf,
@@ -445,16 +447,16 @@ impl FakeCluster {
             key_pem: leaf.key_pem,
         };
         std::fs::write(dir.path().join("ca.pem"), &pki.ca_pem)?;
-        let client_ca_file = if opts.client_certs {
+        let (client_ca, client_ca_file) = if opts.client_certs {
             // plimsolld's client certificate, from a CA of its own (the pods' client CA).
             let client_ca = Ca::unique("plimsoll fake-cluster client CA");
             let client = client_ca.client_leaf("plimsolld.plimsoll.invalid");
             std::fs::write(dir.path().join("client-ca.pem"), client_ca.pem())?;
             std::fs::write(dir.path().join("client.crt"), &client.cert_pem)?;
             std::fs::write(dir.path().join("client.key"), &client.key_pem)?;
-            Some(dir.path().join("client-ca.pem"))
+            (Some(client_ca), Some(dir.path().join("client-ca.pem")))
         } else {
-            None
+            (None, None)
         };
         let token_file = dir.path().join("token");
         std::fs::write(&token_file, format!("{TOKEN}\n"))?;
@@ -495,6 +497,7 @@ impl FakeCluster {
             ca,
             per_pod: opts.per_pod_identity,
             client_ca_file,
+            client_ca,
             port: free_port(),
             warm_target: opts.warm,
             token_file,
@@ -552,6 +555,24 @@ impl FakeCluster {
                 cert_file: self.inner.dir.join("client.crt"),
                 key_file: self.inner.dir.join("client.key"),
             })
+    }
+
+    /// Renews plimsolld's client certificate in place (a fresh key and certificate from
+    /// the cluster's client CA, each file replaced by a rename, as a Secret update lands);
+    /// returns the new certificate's DER. `None` without client certificates.
+    pub fn renew_client_pair(&self) -> Option<Vec<u8>> {
+        let ca = self.inner.client_ca.as_ref()?;
+        let pair = self.client_pair()?;
+        let leaf = ca.client_leaf("plimsolld.plimsoll.invalid");
+        for (path, body) in [
+            (&pair.key_file, &leaf.key_pem),
+            (&pair.cert_file, &leaf.cert_pem),
+        ] {
+            let tmp = path.with_extension("new");
+            std::fs::write(&tmp, body).ok()?;
+            std::fs::rename(&tmp, path).ok()?;
+        }
+        Some(leaf.der)
     }
 
     /// The CA file the pods' terminators check client certificates against.
