@@ -1024,7 +1024,39 @@ fn client_ca_drifts(c: &Container, volumes: &[Volume], client_certs: bool) -> Ve
         Some(v) if v.config_map.is_none() && v.secret.is_none() && v.projected.is_none() => out.extend(bad(format!("the mount at {mp} holding {CLIENT_CA_VAR} is volume {} ({}); use a configMap volume (the CA certificate is public), a secret or a projected volume: {need}", v.name, volume_kind(v)))),
         Some(_) => {}
     }
+    out.extend(socket_dir_drifts(c));
     out
+}
+
+/// With client certificates the terminator makes sandboxd's socket directory in its
+/// temporary folder (`TMPDIR`, else `/tmp`): that folder must be writable, so with a
+/// read-only root file system it must be a mount that is not read-only.
+fn socket_dir_drifts(c: &Container) -> Vec<Drift> {
+    let tmpdir = env_entries(c, "TMPDIR")
+        .first()
+        .and_then(|e| e.value.clone())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "/tmp".to_owned());
+    let read_only_root = c
+        .security_context
+        .as_ref()
+        .and_then(|s| s.read_only_root_filesystem)
+        == Some(true);
+    let writable_mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| m.read_only != Some(true) && Path::new(&tmpdir).starts_with(&m.mount_path));
+    if !read_only_root || writable_mount {
+        return Vec::new();
+    }
+    vec![drift(
+        DriftKind::ClientCa,
+        format!(
+            "container {}: with {CLIENT_CA_VAR} the terminator makes sandboxd's socket directory in {tmpdir} (TMPDIR, else /tmp), which is not writable: the root file system is read-only and no writable volume is mounted there; mount an emptyDir at {tmpdir}",
+            c.name
+        ),
+    )]
 }
 
 /// Named container ports: name → (port, protocol).
@@ -2314,5 +2346,49 @@ mod tests {
             &sel(json!({"matchExpressions": [{"key": "b", "operator": "Exists"}]})),
             &labels
         ));
+    }
+
+    #[test]
+    fn with_client_certificates_the_terminator_needs_a_writable_temporary_folder() {
+        let channel = IP_CLIENT;
+        let mut t = ip_template();
+        let c = &mut t["spec"]["podTemplate"]["spec"]["containers"][0];
+        c["securityContext"]["readOnlyRootFilesystem"] = json!(true);
+        let drifts = |t: &Value| {
+            read_back_with("t", t, None, &[good_policy()], &channel)
+                .drifts
+                .into_iter()
+                .filter(|d| d.message.contains("socket directory"))
+                .collect::<Vec<_>>()
+        };
+        let found = drifts(&t);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].kind, DriftKind::ClientCa);
+        assert!(found[0].message.contains("/tmp"), "{}", found[0].message);
+        // An emptyDir at /tmp fixes it; so does a TMPDIR inside a writable mount.
+        let mut fixed = t.clone();
+        fixed["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "tmp", "mountPath": "/tmp"}));
+        assert!(drifts(&fixed).is_empty());
+        let mut elsewhere = t.clone();
+        let c = &mut elsewhere["spec"]["podTemplate"]["spec"]["containers"][0];
+        c["env"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "TMPDIR", "value": "/scratch/t"}));
+        c["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "scratch", "mountPath": "/scratch"}));
+        assert!(drifts(&elsewhere).is_empty());
+        // A read-only mount there does not.
+        elsewhere["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"]
+            .as_array_mut()
+            .unwrap()
+            .last_mut()
+            .unwrap()["readOnly"] = json!(true);
+        assert_eq!(drifts(&elsewhere).len(), 1);
     }
 }
