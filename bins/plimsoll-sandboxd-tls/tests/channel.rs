@@ -433,8 +433,16 @@ fn an_expired_or_not_yet_valid_rotated_pair_keeps_the_old_one() {
 
 #[test]
 fn wrong_sandboxd_flags_are_refused() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["--grpc-port=9091"], "--listen-host"),
+        (
+            &[
+                "--listen-host=127.0.0.1",
+                "--grpc-port=9091",
+                "--terminator-socket=/tmp/mine/s.sock",
+            ],
+            "--terminator-socket",
+        ),
         (
             &["--listen-host=0.0.0.0", "--grpc-port=9091"],
             "--listen-host",
