@@ -117,6 +117,9 @@ fn main() -> ExitCode {
         if let Err(e) = plimsoll_tls::ClientCaFile::open(ca) {
             return fail(2, format!("{}: {e}", plimsoll_tls::CLIENT_CA_VAR));
         }
+        if let Err(e) = plimsoll_tls::supervise::check_run_as_for_client_ca(&args) {
+            return fail(2, e);
+        }
     }
     // One thread: a byte pump gains nothing from a second worker on a pod's small CPU share,
     // and cross-thread wake-ups add latency to every round trip (`cargo xtask bench

@@ -731,9 +731,22 @@ fn an_unusable_client_ca_file_is_a_configuration_error_before_sandboxd_starts() 
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let key_only = dir.path().join("key-only.pem");
     std::fs::write(&key_only, &leaf.key_pem).unwrap();
+    let good = dir.path().join("client-ca.pem");
+    std::fs::write(&good, Ca::new("client CA").pem()).unwrap();
+    std::fs::write(tls.join("ca.crt"), ca.pem()).unwrap();
     for (file, says) in [
         (dir.path().join("missing.pem"), "missing.pem"),
         (key_only, "PRIVATE KEY"),
+        // A blank value never silently turns client certificates off.
+        (std::path::PathBuf::from(" "), "set but empty"),
+        (
+            std::path::PathBuf::from("client-ca.pem"),
+            "not an absolute path",
+        ),
+        // The pods' own CA would let every pod in as a client.
+        (tls.join("ca.crt"), "own certificate directory"),
+        // A good file, but sandboxd's flags have no --run-as.
+        (good, "--run-as"),
     ] {
         let out = Command::new(terminator_bin())
             .args(["--listen-host=127.0.0.1", "--grpc-port=9091"])

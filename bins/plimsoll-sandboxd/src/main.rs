@@ -24,9 +24,10 @@ Exit codes:
 --session keeps one working directory for every call (a session: one caller's sandbox,
 never shared); its directory goes when sandboxd stops (in a container: with the container).
 
-Every call must carry `authorization: Bearer <token>` with a token from --token-file (one
-token per line; two lines during a rotation; the file is re-read every 2 s). Calls without
-it are refused, marked not dispatched (permission), before the payload is read.
+Every call on TCP or --unix-socket must carry `authorization: Bearer <token>` with a token
+from --token-file (one token per line; two lines during a rotation; the file is re-read
+every 2 s). Calls without it are refused, marked not dispatched (permission), before the
+payload is read. The one exception is --terminator-socket, below.
 
 --terminator-socket=PATH (added by plimsoll-sandboxd-tls when it requires client
 certificates; needs --run-as): sandboxd also serves on that Unix socket, in a directory

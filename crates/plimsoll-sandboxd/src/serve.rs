@@ -45,7 +45,7 @@ pub async fn serve_unix_for_uid(
             Ok(c) => {
                 tracing::warn!(
                     peer_uid = c.uid(),
-                    peer_pid = ?c.pid(),
+                    peer_pid = c.pid().unwrap_or(0),
                     "a connection to the terminator's socket from another user than the terminator's was closed"
                 );
                 false

@@ -74,7 +74,7 @@ impl tonic::service::Interceptor for Authenticator {
             }
             Auth::Terminator => {
                 tracing::info!(
-                    "sandboxd call received (through the terminator's socket: client certificate verified)"
+                    "sandboxd call received (through the terminator's socket, from sandboxd's own user: no token needed)"
                 );
                 return Ok(req);
             }

@@ -79,6 +79,24 @@ pub fn check_sandboxd_flags(args: &[String]) -> Result<(), FlagError> {
     Ok(())
 }
 
+/// With mutual TLS the code must run as a user of its own (`--run-as`): the terminator's
+/// socket takes calls from sandboxd's own user without a token.
+pub fn check_run_as_for_client_ca(args: &[String]) -> Result<(), FlagError> {
+    if args
+        .iter()
+        .any(|a| a.starts_with("--run-as=") || a == "--run-as")
+    {
+        return Ok(());
+    }
+    Err(FlagError {
+        flag: "--run-as",
+        why: format!(
+            "{} (mutual TLS) needs sandboxd's --run-as=UID:GID: the code must run as a user of its own, because sandboxd's own user may call it through the terminator's socket without a token",
+            crate::client_auth::CLIENT_CA_VAR
+        ),
+    })
+}
+
 /// sandboxd's flag for the terminator's private socket (calls through it need no token).
 pub const TERMINATOR_SOCKET_FLAG: &str = "--terminator-socket";
 

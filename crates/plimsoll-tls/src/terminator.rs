@@ -156,7 +156,7 @@ impl TerminatorConfig {
         Ok(TerminatorConfig {
             listen: v.socket_addr(env::LISTEN, d.listen)?,
             upstream,
-            cert_dir: v.path(env::DIR).unwrap_or(d.cert_dir),
+            cert_dir: v.path(env::DIR).unwrap_or(d.cert_dir.clone()),
             handshake_timeout: v.millis(env::HANDSHAKE_TIMEOUT_MS, d.handshake_timeout)?,
             idle_timeout: v.millis(env::IDLE_TIMEOUT_MS, d.idle_timeout)?,
             max_connections: v.positive(env::MAX_CONNECTIONS, d.max_connections)?,
@@ -164,10 +164,45 @@ impl TerminatorConfig {
             drain_timeout: v.millis(env::DRAIN_TIMEOUT_MS, d.drain_timeout)?,
             reload_interval: v.millis(env::RELOAD_INTERVAL_MS, d.reload_interval)?,
             startup_timeout: v.millis(env::STARTUP_TIMEOUT_MS, d.startup_timeout)?,
-            client_ca: v.path(crate::client_auth::CLIENT_CA_VAR),
+            client_ca: client_ca(env, v.path(env::DIR).as_deref().unwrap_or(&d.cert_dir))?,
             upstream_socket: None,
         })
     }
+}
+
+/// `PLIMSOLL_SANDBOXD_CLIENT_CA`, read more strictly than other variables: it switches
+/// client authentication on, so a value that is present but blank is an error (never a
+/// silent "off"), and the file must be an absolute path outside the pod's own certificate
+/// directory (whose CA signs every pod, so trusting it for clients would let pods in).
+fn client_ca(
+    env: &dyn EnvSource,
+    cert_dir: &std::path::Path,
+) -> Result<Option<PathBuf>, ConfigError> {
+    let var = crate::client_auth::CLIENT_CA_VAR;
+    let Some(raw) = env.get(var) else {
+        return Ok(None);
+    };
+    let value = raw.trim();
+    if value.is_empty() {
+        return Err(ConfigError::new(
+            var,
+            "is set but empty; name the client CA file to require client certificates, or remove the variable to serve without them (a blank value never turns client certificates off)",
+        ));
+    }
+    let path = PathBuf::from(value);
+    if !path.is_absolute() {
+        return Err(ConfigError::new(
+            var,
+            format!("{value:?} is not an absolute path; name the client CA file by its absolute path (for example /etc/plimsoll/sandboxd-client-ca/ca.crt)"),
+        ));
+    }
+    if path.starts_with(cert_dir) {
+        return Err(ConfigError::new(
+            var,
+            format!("{value:?} is in the pod's own certificate directory {}, whose CA signs every pod: trusting it for clients would let pods in; use the client CA of plimsolld's certificate, mounted apart", cert_dir.display()),
+        ));
+    }
+    Ok(Some(path))
 }
 
 /// A failure to start serving.
@@ -572,9 +607,9 @@ async fn connect_upstream(sh: &Shared) -> std::io::Result<Box<dyn Upstream>> {
             let peer = s.peer_cred()?;
             if peer.uid() != me {
                 return Err(std::io::Error::other(format!(
-                    "the socket is served by uid {} (pid {:?}), not by sandboxd's uid {me}; something replaced sandboxd's socket, nothing is forwarded",
+                    "the socket is served by uid {}{}, not by sandboxd's uid {me}; something replaced sandboxd's socket, nothing is forwarded",
                     peer.uid(),
-                    peer.pid()
+                    peer.pid().map_or(String::new(), |p| format!(" (pid {p})"))
                 )));
             }
             Ok(Box::new(s))
