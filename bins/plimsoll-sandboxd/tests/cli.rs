@@ -307,6 +307,19 @@ fn session_mode_is_documented_and_reported_by_health() {
     assert!(runs.iter().any(|n| n.starts_with("session-")), "{runs:?}");
 }
 
+/// sandboxd started with `--terminator-socket sock` and nothing else: it must exit 2; its
+/// stderr.
+fn terminator_socket_refused(sock: &std::path::Path) -> String {
+    let out = bin()
+        .arg("--terminator-socket")
+        .arg(sock)
+        .args(["--languages", "none"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn the_terminator_socket_takes_calls_without_a_token_and_tcp_refuses_every_call() {
     use std::os::unix::fs::PermissionsExt;
@@ -315,14 +328,7 @@ fn the_terminator_socket_takes_calls_without_a_token_and_tcp_refuses_every_call(
     let open = dir.path().join("open");
     std::fs::create_dir(&open).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = bin()
-        .arg("--terminator-socket")
-        .arg(open.join("s.sock"))
-        .args(["--languages", "none"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = terminator_socket_refused(&open.join("s.sock"));
     assert!(
         err.contains("--terminator-socket") && err.contains("0700"),
         "{err}"
@@ -333,14 +339,7 @@ fn the_terminator_socket_takes_calls_without_a_token_and_tcp_refuses_every_call(
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
     let sock = private.join("s.sock");
     // Without a user of its own for the code, the socket's one user would be the code's.
-    let out = bin()
-        .arg("--terminator-socket")
-        .arg(&sock)
-        .args(["--languages", "none"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = terminator_socket_refused(&sock);
     assert!(
         err.contains("--terminator-socket") && err.contains("--run-as"),
         "{err}"

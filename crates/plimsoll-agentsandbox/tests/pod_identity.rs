@@ -53,6 +53,12 @@ fn echo(text: &str) -> Work {
 
 const T: Duration = Duration::from_secs(20);
 
+/// Runs `echo text`, expecting an answer.
+async fn answers(p: &AgentSandboxProvider, text: &str) {
+    let (out, _) = p.run_timed(echo(text), T).await;
+    assert!(matches!(out, Ok(Answer::Project(_))), "{out:?}");
+}
+
 /// Runs `echo`, expecting a refusal marked `environment`; returns its message.
 async fn refused(p: &AgentSandboxProvider) -> String {
     let (out, phases) = p.run_timed(echo("never"), T).await;
@@ -114,8 +120,7 @@ async fn per_pod_identity_accepts_the_right_pod_and_refuses_a_redirect_with_noth
 
     // Back to normal pods: accepted again.
     c.set_mode(PodMode::Serve);
-    let (out, _) = p.run_timed(echo("again"), T).await;
-    assert!(matches!(out, Ok(Answer::Project(_))), "{out:?}");
+    answers(&p, "again").await;
     let n = c.counts();
     assert_eq!((n.created, n.deleted, n.live), (4, 4, 0), "{n:?}");
     c.shutdown().await;
@@ -159,8 +164,7 @@ async fn a_certificate_without_the_ip_or_for_another_pod_is_refused() {
     let mut shared = c.provider_config();
     shared.pod_identity = PodIdentity::Shared;
     let p2 = started(shared).await;
-    let (out, _) = p2.run_timed(echo("by-name"), T).await;
-    assert!(matches!(out, Ok(Answer::Project(_))), "{out:?}");
+    answers(&p2, "by-name").await;
     c.shutdown().await;
 }
 
@@ -460,16 +464,11 @@ async fn plimsollds_client_certificate_is_reloaded_when_its_files_change() {
     let c = per_pod_cluster().await;
     let p = started(c.provider_config()).await;
     c.renew_client_pair().expect("client certificates are on");
-    let (out, _) = p.run_timed(echo("renewed"), T).await;
-    assert!(matches!(out, Ok(Answer::Project(_))), "{out:?}");
+    answers(&p, "renewed").await;
 
-    let pair = c.client_pair().unwrap();
-    let other = Ca::unique("not the pods' client CA").client_leaf("plimsolld.plimsoll.invalid");
     // A key and certificate of another CA, written as one more renewal (same files).
-    std::fs::write(pair.key_file.with_extension("new"), &other.key_pem).unwrap();
-    std::fs::rename(pair.key_file.with_extension("new"), &pair.key_file).unwrap();
-    std::fs::write(pair.cert_file.with_extension("new"), &other.cert_pem).unwrap();
-    std::fs::rename(pair.cert_file.with_extension("new"), &pair.cert_file).unwrap();
+    let other = Ca::unique("not the pods' client CA").client_leaf("plimsolld.plimsoll.invalid");
+    c.install_client_pair(&other).unwrap();
     let m = refused(&p).await;
     assert!(
         m.contains("did not accept plimsolld's client certificate"),
@@ -478,7 +477,6 @@ async fn plimsollds_client_certificate_is_reloaded_when_its_files_change() {
 
     // Back to a good pair: accepted again, without a restart.
     c.renew_client_pair().unwrap();
-    let (out, _) = p.run_timed(echo("good-again"), T).await;
-    assert!(matches!(out, Ok(Answer::Project(_))), "{out:?}");
+    answers(&p, "good-again").await;
     c.shutdown().await;
 }

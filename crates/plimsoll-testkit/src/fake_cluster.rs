@@ -558,12 +558,22 @@ impl FakeCluster {
     }
 
     /// Renews plimsolld's client certificate in place (a fresh key and certificate from
-    /// the cluster's client CA, each file replaced by a rename, as a Secret update lands);
-    /// returns the new certificate's DER. `None` without client certificates.
+    /// the cluster's client CA, see [`FakeCluster::install_client_pair`]); returns the new
+    /// certificate's DER. `None` without client certificates.
     pub fn renew_client_pair(&self) -> Option<Vec<u8>> {
-        let ca = self.inner.client_ca.as_ref()?;
+        let leaf = self
+            .inner
+            .client_ca
+            .as_ref()?
+            .client_leaf("plimsolld.plimsoll.invalid");
+        self.install_client_pair(&leaf)?;
+        Some(leaf.der)
+    }
+
+    /// Writes `leaf` as plimsolld's client certificate and key, each file replaced by a
+    /// rename, as a Secret update lands. `None` without client certificates.
+    pub fn install_client_pair(&self, leaf: &crate::ca::Leaf) -> Option<()> {
         let pair = self.client_pair()?;
-        let leaf = ca.client_leaf("plimsolld.plimsoll.invalid");
         for (path, body) in [
             (&pair.key_file, &leaf.key_pem),
             (&pair.cert_file, &leaf.cert_pem),
@@ -572,7 +582,7 @@ impl FakeCluster {
             std::fs::write(&tmp, body).ok()?;
             std::fs::rename(&tmp, path).ok()?;
         }
-        Some(leaf.der)
+        Some(())
     }
 
     /// The CA file the pods' terminators check client certificates against.
@@ -584,13 +594,7 @@ impl FakeCluster {
     /// reached its token check), counted over the logs of every pod ever started, living
     /// or killed.
     pub fn sandboxd_calls(&self) -> usize {
-        let Ok(rd) = std::fs::read_dir(self.inner.dir.join("pods")) else {
-            return 0;
-        };
-        rd.filter_map(Result::ok)
-            .filter_map(|e| std::fs::read_to_string(e.path().join("pod.log")).ok())
-            .map(|log| log.matches("sandboxd call received").count())
-            .sum()
+        self.pod_logs().matches("sandboxd call received").count()
     }
 
     /// Every pod's log so far (the terminator's and sandboxd's lines), living or killed.

@@ -317,19 +317,12 @@ impl ClientTls {
         let tls = connector
             .connect(name, tcp)
             .await
-            .map_err(|e| ConnectError::Handshake {
-                addr,
-                ca_file: self.ca_file.clone(),
-                server_name: self.expected_name(addr),
-                reason: describe_client_io_error(&e),
-            })?;
+            .map_err(|e| self.handshake_error(addr, describe_client_io_error(&e)))?;
         if tls.get_ref().1.alpn_protocol() != Some(ALPN_H2) {
-            return Err(ConnectError::Handshake {
+            return Err(self.handshake_error(
                 addr,
-                ca_file: self.ca_file.clone(),
-                server_name: self.expected_name(addr),
-                reason: "the server selected no ALPN protocol; h2 is required".into(),
-            });
+                "the server selected no ALPN protocol; h2 is required".into(),
+            ));
         }
         let mut stream = ClientStream {
             inner: tls,
@@ -384,25 +377,29 @@ impl ClientTls {
             ),
             Some(_) => "see the pod's log for why the terminator refused the connection".to_owned(),
         };
-        ConnectError::Handshake {
+        self.handshake_error(
             addr,
-            ca_file: self.ca_file.clone(),
-            server_name: self.expected_name(addr),
-            reason: format!(
+            format!(
                 "the pod did not accept plimsolld's client certificate ({}); {advice}",
                 describe_client_io_error(e)
             ),
-        }
+        )
     }
 
     /// The terminator accepted the handshake (and so the client certificate) but closed
     /// without a byte from sandboxd: nothing was forwarded to the code's side of the pod.
     fn closed_after_handshake(&self, addr: SocketAddr) -> ConnectError {
+        self.handshake_error(addr, "the pod's terminator accepted the handshake, then closed the connection before sandboxd said a word (sandboxd not answering, or its socket replaced); see the pod's log".into())
+    }
+
+    /// A failed handshake with the pod at `addr`, naming the CA file and what the pod had
+    /// to prove.
+    fn handshake_error(&self, addr: SocketAddr, reason: String) -> ConnectError {
         ConnectError::Handshake {
             addr,
             ca_file: self.ca_file.clone(),
             server_name: self.expected_name(addr),
-            reason: "the pod's terminator accepted the handshake, then closed the connection before sandboxd said a word (sandboxd not answering, or its socket replaced); see the pod's log".into(),
+            reason,
         }
     }
 }

@@ -308,6 +308,8 @@ struct Shared {
     max_connections: usize,
     upstream: SocketAddr,
     upstream_socket: Option<PathBuf>,
+    /// Where connections go, for log lines (made once, not per connection).
+    upstream_text: String,
     handshake_timeout: Duration,
     idle_timeout: Duration,
     epoch: Instant,
@@ -370,6 +372,10 @@ impl Terminator {
             max_connections: cfg.max_connections,
             upstream: cfg.upstream,
             upstream_socket: cfg.upstream_socket.clone(),
+            upstream_text: match &cfg.upstream_socket {
+                Some(p) => format!("unix:{}", p.display()),
+                None => cfg.upstream.to_string(),
+            },
             handshake_timeout: cfg.handshake_timeout,
             idle_timeout: cfg.idle_timeout,
             epoch: Instant::now(),
@@ -543,10 +549,7 @@ async fn serve_connection(
         }
     };
     drop(handshake_slot);
-    let target = match &sh.upstream_socket {
-        Some(p) => format!("unix:{}", p.display()),
-        None => sh.upstream.to_string(),
-    };
+    let target = &sh.upstream_text;
     let upstream = match tokio::time::timeout(sh.handshake_timeout, connect_upstream(sh)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
