@@ -100,6 +100,13 @@ struct Flags {
     /// gets a fresh directory and cells are refused.
     #[arg(long)]
     session: bool,
+    /// At most this many processes and threads (sandboxd's own included) for sandboxd's
+    /// user, set as the kernel's per-user process limit (`RLIMIT_NPROC`) before anything
+    /// starts; inherited by every program. In a user namespace of its own (the bwrap
+    /// provider's sandboxes) it counts that sandbox's processes only. With it, sandboxd
+    /// keeps to 2 worker threads and 8 blocking threads.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
+    max_processes: Option<u32>,
     /// Log format: `text` or `json` [default: text on a terminal, json otherwise].
     #[arg(long, value_name = "FORMAT", value_enum)]
     log_format: Option<plimsoll_log::LogFormat>,
@@ -295,10 +302,18 @@ fn main() -> ExitCode {
         None => Arc::new(runner),
     };
 
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = flags.max_processes {
+        let limit = u64::from(n);
+        if let Err(e) =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NPROC, limit, limit)
+        {
+            eprintln!("plimsoll-sandboxd: cannot set the process limit to {n}: {e}");
+            return ExitCode::from(1);
+        }
+        builder.worker_threads(2).max_blocking_threads(8);
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("plimsoll-sandboxd: cannot start the async runtime: {e}");

@@ -61,7 +61,7 @@ pub const DAEMON_VARIABLES: &[Variable] = &[
     ),
     (
         "SANDBOX_PROVIDER",
-        "quickjs, process, docker or agentsandbox; unset runs nothing (the disabled provider)",
+        "quickjs, process, bwrap, docker or agentsandbox; unset runs nothing (the disabled provider)",
     ),
     (
         "SANDBOX_MIN_ISOLATION",

@@ -115,6 +115,9 @@ providers! {
     QuickJs => plimsoll_quickjs::QuickJsConfig,
     /// The runner in child processes of plimsolld (tier `process`).
     Process => plimsoll_process::ProcessConfig,
+    /// Each run in its own bubblewrap sandbox: namespaces and seccomp, no daemon (tier
+    /// `container` once proven).
+    Bwrap => plimsoll_bwrap::BwrapConfig,
     /// Locked-down containers through the Docker Engine API.
     Docker => plimsoll_docker::DockerConfig,
     /// Pods from a kubernetes-sigs/agent-sandbox warm pool over TLS.
@@ -174,13 +177,13 @@ mod tests {
     fn every_provider_is_listed_once_and_unknown_names_list_them() {
         assert_eq!(
             ProviderConfig::NAMES,
-            ["quickjs", "process", "docker", "agentsandbox"]
+            ["quickjs", "process", "bwrap", "docker", "agentsandbox"]
         );
         let e = check_name("wasm").unwrap_err();
         assert_eq!(e.name, "SANDBOX_PROVIDER");
         assert!(
             e.message
-                .ends_with("use quickjs, process, docker or agentsandbox"),
+                .ends_with("use quickjs, process, bwrap, docker or agentsandbox"),
             "{e}"
         );
         check_name(DISABLED).unwrap();

@@ -1,5 +1,5 @@
 //! plimsoll-provider: the one interface between plimsolld and a wall. A provider owns one
-//! kind of wall (quickjs, process, docker, agentsandbox) and states its tier from evidence it
+//! kind of wall (quickjs, process, bwrap, docker, agentsandbox) and states its tier from evidence it
 //! checked at startup; the daemon talks to it only through [`Provider`], and configures and
 //! builds it only through [`ProviderSetup`] (its variables, reading, hardened-mode gaps).
 //!

@@ -1,0 +1,294 @@
+//! The bwrap provider's settings: its variables ([`VARIABLES`]), read and checked before
+//! anything is started, and the limits runs get.
+//!
+//! # Choices where the specification is silent
+//!
+//! - **Which user runs the sandboxes.** When plimsolld runs as root, bwrap is started as
+//!   `SANDBOX_BWRAP_USER` (default `65534:65534`, nobody), so the code's user namespace maps
+//!   to that host user and never to root; give it a user nothing else uses. When plimsolld
+//!   runs as another user, the sandboxes map to that user and the variable is refused.
+//! - **Where sandboxd comes from.** `SANDBOX_BWRAP_SANDBOXD`, else `plimsoll-sandboxd` beside
+//!   plimsolld's own executable, else on `PATH`; it is bound read-only into each sandbox.
+//! - **Limits.** `SANDBOX_PIDS` (default 256) is the kernel's per-user process limit
+//!   inside each sandbox's own user namespace, so it counts that sandbox's processes only.
+//!   `SANDBOX_DISK_MB` (default 160) is the size of the sandbox's `/work` tmpfs (and `/tmp`
+//!   is a further 16 MiB). `SANDBOX_MEMORY_MB` and `SANDBOX_CPUS` need a cgroup, which this
+//!   provider does not manage: set, they are refused at startup, naming them; unset, runs
+//!   get no memory or CPU limit of their own and `Describe` states 0 for both.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plimsoll_provider::{
+    ConfigError, EnvSource, Provider, ProviderSetup, ProviderStartError, Resources, Shared,
+    Variable, Vars,
+};
+
+use crate::provider::BwrapProvider;
+
+/// The provider's name.
+pub const NAME: &str = "bwrap";
+
+/// Every variable the bwrap provider reads, with one line of help.
+pub const VARIABLES: &[Variable] = &[
+    (
+        "SANDBOX_BWRAP_PATH",
+        "the bubblewrap binary for SANDBOX_PROVIDER=bwrap (default: bwrap on PATH)",
+    ),
+    (
+        "SANDBOX_BWRAP_SANDBOXD",
+        "plimsoll-sandboxd for the bwrap provider (default: beside plimsolld, then PATH)",
+    ),
+    (
+        "SANDBOX_BWRAP_USER",
+        "host UID:GID bwrap sandboxes run as when plimsolld is root (default 65534:65534)",
+    ),
+    (
+        "SANDBOX_BWRAP_POOL",
+        "sandboxes kept started ahead of runs, each used once (default 2)",
+    ),
+];
+
+/// Process limit when `SANDBOX_PIDS` is 0.
+pub const DEFAULT_PIDS: u32 = 256;
+/// Size of the `/work` tmpfs when `SANDBOX_DISK_MB` is 0, in MiB.
+pub const DEFAULT_DISK_MB: u32 = 160;
+/// Size of the `/tmp` tmpfs, in MiB.
+pub const TMP_MB: u32 = 16;
+/// The warm pool's size when `SANDBOX_BWRAP_POOL` is unset.
+pub const DEFAULT_POOL: usize = 2;
+/// Largest warm pool accepted.
+pub const MAX_POOL: usize = 64;
+/// The host user sandboxes run as when plimsolld is root and `SANDBOX_BWRAP_USER` is unset.
+pub const DEFAULT_USER: (u32, u32) = (65534, 65534);
+
+/// Everything the bwrap provider needs.
+#[derive(Debug, Clone)]
+pub struct BwrapConfig {
+    /// `SANDBOX_BWRAP_PATH`, or `None` to look for `bwrap` on `PATH` at startup.
+    pub bwrap: Option<PathBuf>,
+    /// `SANDBOX_BWRAP_SANDBOXD`, or `None` for beside plimsolld, then `PATH`.
+    pub sandboxd: Option<PathBuf>,
+    /// The host user and group bwrap runs as (`None`: plimsolld's own).
+    pub run_as: Option<(u32, u32)>,
+    /// Sandboxes kept started ahead of runs.
+    pub pool: usize,
+    /// The provider's files go to `bwrap/` below it.
+    pub state_dir: PathBuf,
+    /// Bytes kept of each output stream per program.
+    pub output_bytes: usize,
+    /// Deadline of a run whose request states none.
+    pub default_timeout: Duration,
+    /// Processes per sandbox.
+    pub pids: u32,
+    /// Size of each sandbox's `/work`, in MiB.
+    pub disk_mb: u32,
+}
+
+impl BwrapConfig {
+    /// The settings from the shared ones alone (the defaults of every bwrap variable).
+    pub fn new(shared: &Shared) -> BwrapConfig {
+        let nz = |v: u32, d: u32| if v == 0 { d } else { v };
+        BwrapConfig {
+            bwrap: None,
+            sandboxd: None,
+            run_as: is_root().then_some(DEFAULT_USER),
+            pool: DEFAULT_POOL,
+            state_dir: shared.state_dir.clone(),
+            output_bytes: shared.output_bytes,
+            default_timeout: shared.default_timeout,
+            pids: nz(shared.resources.pids, DEFAULT_PIDS),
+            disk_mb: nz(shared.resources.disk_mb, DEFAULT_DISK_MB),
+        }
+    }
+}
+
+/// Whether plimsolld runs as root.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Parses `UID:GID`, neither 0.
+fn parse_user(v: &str) -> Result<(u32, u32), String> {
+    let (u, g) = v
+        .trim()
+        .split_once(':')
+        .ok_or_else(|| format!("{v:?} is not UID:GID"))?;
+    let n = |s: &str| {
+        s.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{v:?} is not UID:GID (numbers)"))
+    };
+    let (u, g) = (n(u)?, n(g)?);
+    if u == 0 || g == 0 {
+        return Err(format!(
+            "{v:?} would run the code as root on the host; use a user nothing else uses"
+        ));
+    }
+    Ok((u, g))
+}
+
+fn check_own(
+    vars: &Vars<'_>,
+) -> Result<(Option<PathBuf>, Option<PathBuf>, Option<(u32, u32)>, usize), ConfigError> {
+    let bwrap = vars.path("SANDBOX_BWRAP_PATH");
+    if let Some(p) = &bwrap {
+        if !p.is_absolute() {
+            return Err(ConfigError::new(
+                "SANDBOX_BWRAP_PATH",
+                format!("{} is not an absolute path", p.display()),
+            ));
+        }
+    }
+    let sandboxd = vars.path("SANDBOX_BWRAP_SANDBOXD");
+    if let Some(p) = &sandboxd {
+        if !p.is_absolute() {
+            return Err(ConfigError::new(
+                "SANDBOX_BWRAP_SANDBOXD",
+                format!("{} is not an absolute path", p.display()),
+            ));
+        }
+    }
+    let user = match vars.string("SANDBOX_BWRAP_USER") {
+        None => None,
+        Some(v) => Some(parse_user(&v).map_err(|m| ConfigError::new("SANDBOX_BWRAP_USER", m))?),
+    };
+    let pool = vars.number("SANDBOX_BWRAP_POOL", DEFAULT_POOL)?;
+    if pool > MAX_POOL {
+        return Err(ConfigError::new(
+            "SANDBOX_BWRAP_POOL",
+            format!("{pool} is more than {MAX_POOL}"),
+        ));
+    }
+    Ok((bwrap, sandboxd, user, pool))
+}
+
+impl ProviderSetup for BwrapConfig {
+    const NAME: &'static str = NAME;
+    const VARIABLES: &'static [Variable] = VARIABLES;
+
+    fn from_env(env: &dyn EnvSource, shared: &Shared) -> Result<Self, ConfigError> {
+        let vars = Vars::new(env);
+        let (bwrap, sandboxd, user, pool) = check_own(&vars)?;
+        for name in ["SANDBOX_MEMORY_MB", "SANDBOX_CPUS"] {
+            if shared.explicit_resources.contains(&name) {
+                return Err(ConfigError::new(
+                    name,
+                    "the bwrap provider cannot enforce it (it would need a cgroup, which it does not manage); unset it, or use SANDBOX_PROVIDER=docker for memory and CPU limits",
+                ));
+            }
+        }
+        let mut c = BwrapConfig::new(shared);
+        if c.pids < 16 {
+            return Err(ConfigError::new(
+                "SANDBOX_PIDS",
+                format!(
+                    "{} processes leave no room for sandboxd's own threads; use at least 16",
+                    c.pids
+                ),
+            ));
+        }
+        if c.disk_mb < 16 {
+            return Err(ConfigError::new(
+                "SANDBOX_DISK_MB",
+                format!(
+                    "{} MiB is too small for a run's files; use at least 16",
+                    c.disk_mb
+                ),
+            ));
+        }
+        c.bwrap = bwrap;
+        c.sandboxd = sandboxd;
+        c.pool = pool;
+        match (user, is_root()) {
+            (Some(u), true) => c.run_as = Some(u),
+            (Some(_), false) => {
+                return Err(ConfigError::new(
+                    "SANDBOX_BWRAP_USER",
+                    "only a plimsolld running as root can start sandboxes as another user; unset it (the sandboxes then map to plimsolld's own user)",
+                ))
+            }
+            (None, _) => {}
+        }
+        Ok(c)
+    }
+
+    fn check_unselected(env: &dyn EnvSource, chosen: &str) -> Result<(), ConfigError> {
+        let vars = Vars::new(env);
+        for (name, _) in VARIABLES {
+            if vars.is_set(name) {
+                return Err(ConfigError::new(
+                    *name,
+                    format!("it is read only with SANDBOX_PROVIDER=bwrap, and the provider is {chosen}; unset it"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn build(&self) -> Result<Arc<dyn Provider>, ProviderStartError> {
+        Ok(Arc::new(BwrapProvider::new(self.clone())?))
+    }
+
+    fn resources(&self, _shared: Resources) -> Resources {
+        Resources {
+            memory_mb: 0,
+            cpus: 0.0,
+            pids: self.pids,
+            disk_mb: self.disk_mb,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plimsoll_config::MapEnv;
+
+    fn read(pairs: &[(&str, &str)], shared: &Shared) -> Result<BwrapConfig, ConfigError> {
+        BwrapConfig::from_env(&MapEnv::from_pairs(pairs.iter().copied()), shared)
+    }
+
+    #[test]
+    fn memory_and_cpus_are_refused_by_name_and_the_rest_has_defaults() {
+        let mut shared = Shared::default();
+        let c = read(&[], &shared).unwrap();
+        assert_eq!(
+            (c.pids, c.disk_mb, c.pool),
+            (DEFAULT_PIDS, DEFAULT_DISK_MB, DEFAULT_POOL)
+        );
+        let r = c.resources(shared.resources);
+        assert_eq!((r.memory_mb, r.cpus), (0, 0.0));
+        shared.explicit_resources = vec!["SANDBOX_MEMORY_MB"];
+        shared.resources.memory_mb = 256;
+        let e = read(&[], &shared).unwrap_err();
+        assert_eq!(e.name, "SANDBOX_MEMORY_MB");
+        assert!(e.message.contains("cannot enforce"), "{e}");
+        shared.explicit_resources = vec!["SANDBOX_CPUS"];
+        assert_eq!(read(&[], &shared).unwrap_err().name, "SANDBOX_CPUS");
+    }
+
+    #[test]
+    fn malformed_values_name_their_variable() {
+        let s = Shared::default();
+        for (pairs, name) in [
+            (vec![("SANDBOX_BWRAP_PATH", "bwrap")], "SANDBOX_BWRAP_PATH"),
+            (
+                vec![("SANDBOX_BWRAP_SANDBOXD", "sandboxd")],
+                "SANDBOX_BWRAP_SANDBOXD",
+            ),
+            (vec![("SANDBOX_BWRAP_USER", "0:0")], "SANDBOX_BWRAP_USER"),
+            (vec![("SANDBOX_BWRAP_USER", "nobody")], "SANDBOX_BWRAP_USER"),
+            (vec![("SANDBOX_BWRAP_POOL", "65")], "SANDBOX_BWRAP_POOL"),
+        ] {
+            assert_eq!(read(&pairs, &s).unwrap_err().name, name, "{pairs:?}");
+        }
+        let e = BwrapConfig::check_unselected(
+            &MapEnv::from_pairs([("SANDBOX_BWRAP_POOL", "1")]),
+            "docker",
+        )
+        .unwrap_err();
+        assert_eq!(e.name, "SANDBOX_BWRAP_POOL");
+    }
+}
