@@ -3,8 +3,9 @@
 
 mod support;
 
-use plimsoll_core::Tier;
+use plimsoll_core::{pb, Tier};
 use plimsoll_provider::Provider;
+use plimsoll_provider::Work;
 use support::*;
 
 #[tokio::test]
@@ -34,5 +35,332 @@ async fn javascript_python_and_shell_run_in_a_sandbox_proven_container() {
     assert_eq!(stdout(&r, 0), "42");
     assert_eq!(stdout(&r, 1), "42");
     assert_eq!(stdout(&r, 2), "plimsoll");
+    p.shutdown().await;
+}
+
+/// Host pids whose command line contains `marker`.
+fn host_pids_with(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            if String::from_utf8_lossy(&c).contains(marker) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn marker() -> String {
+    format!("plimsoll-mark-{}", rand_hex())
+}
+
+fn rand_hex() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let n = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{:x}{:x}", n, std::process::id())
+}
+
+#[tokio::test]
+async fn hardening_is_proven_from_inside_a_run() {
+    let Some(_) = bwrap() else { return };
+    let (_d, state) = state_dir();
+    let p = started(config(&state)).await;
+    let r = as_project(
+        p.run(
+            project(&[
+                // 0: cannot write / or /usr.
+                "touch /plimsoll-probe 2>&1; echo rc=$?; touch /usr/plimsoll-probe 2>/dev/null; echo rc=$?",
+                // 1: no interface but lo, by two sources.
+                "ls /sys/class/net 2>/dev/null; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+                // 2: not root inside.
+                "id -u; id -g",
+                // 3: empty capability sets, seccomp filter mode, no new privileges.
+                "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|Seccomp|NoNewPrivs):' /proc/self/status",
+                // 4: a program can still write where runs are meant to.
+                "echo ok > here.txt && cat here.txt && echo tmp > /tmp/x && cat /tmp/x",
+                // 5: no route anywhere.
+                "python3 -c \"import socket\ntry:\n socket.create_connection(('1.1.1.1', 53), timeout=3)\n print('connected')\nexcept OSError as e:\n print('no-network', e.errno)\"",
+                // 6: host paths are absent.
+                "for p in /home /root /var /etc/passwd /var/run/docker.sock /run/containerd; do [ -e $p ] && echo present $p; done; echo checked",
+                // 7: PID 1 is the sandbox's init and only the run's processes are visible.
+                "tr '\\0' ' ' < /proc/1/cmdline | cut -d' ' -f1; ls /proc | grep -c '^[0-9]'",
+            ]),
+            T,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(r.steps.len(), 8, "{r:?}");
+    let root = stdout(&r, 0);
+    assert!(!root.contains("rc=0"), "{root}");
+    assert!(root.contains("Read-only file system"), "{root}");
+    let net: Vec<String> = stdout(&r, 1).lines().map(str::to_owned).collect();
+    assert!(!net.is_empty());
+    assert!(net.iter().all(|i| i == "lo"), "interfaces: {net:?}");
+    let ids: Vec<u32> = stdout(&r, 2).lines().map(|l| l.parse().unwrap()).collect();
+    assert!(ids.iter().all(|i| *i != 0), "uid/gid {ids:?}");
+    let status = stdout(&r, 3);
+    for line in status.lines().filter(|l| l.starts_with("Cap")) {
+        let v = line.split(':').nth(1).unwrap().trim();
+        assert!(v.chars().all(|c| c == '0'), "{line}");
+    }
+    assert_eq!(
+        status.lines().filter(|l| l.starts_with("Cap")).count(),
+        5,
+        "{status}"
+    );
+    assert!(status.lines().any(|l| l == "Seccomp:\t2"), "{status}");
+    assert!(status.lines().any(|l| l == "NoNewPrivs:\t1"), "{status}");
+    assert_eq!(stdout(&r, 4), "ok\ntmp");
+    assert!(stdout(&r, 5).starts_with("no-network"), "{}", stdout(&r, 5));
+    assert_eq!(stdout(&r, 6), "checked");
+    let init = stdout(&r, 7);
+    let mut lines = init.lines();
+    assert!(lines.next().unwrap().ends_with("bwrap"), "{init}");
+    let visible: u32 = lines.next().unwrap().parse().unwrap();
+    // bwrap's init, sandboxd, the step's shell and its children: a handful, not the host's.
+    assert!(visible < 12, "{visible} processes visible: {init}");
+    p.shutdown().await;
+}
+
+/// The filter's denials, each checked where the kernel would otherwise allow the call to a
+/// user without capabilities (so the answer is the filter's, not the missing capability's).
+#[tokio::test]
+async fn the_seccomp_filter_denies_what_containers_deny() {
+    let Some(_) = bwrap() else { return };
+    let (_d, state) = state_dir();
+    let p = started(config(&state)).await;
+    let code = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+arm = os.uname().machine == 'aarch64'
+def call(name, nr, *args):
+    r = libc.syscall(nr, *args)
+    print(name, r, ctypes.get_errno() if r == -1 else 0)
+call('keyctl', 219 if arm else 250, 0, -3, 0)
+call('io_uring_setup', 425, 1, ctypes.create_string_buffer(120))
+call('clone3', 435, None, 0)
+call('unshare', 97 if arm else 272, 0x10000000)
+call('userfaultfd', 282 if arm else 323, 0)
+call('getpid', 172 if arm else 39)
+"#;
+    let r = as_project(
+        p.run(
+            Work::Project(pb::ProjectRun {
+                files: vec![pb::ProjectFile {
+                    path: "calls.py".into(),
+                    content: code.into(),
+                }],
+                steps: vec![
+                    "python3 calls.py".into(),
+                    "unshare -U true; echo rc=$?".into(),
+                ],
+                artifacts: vec![],
+                grant_profile: String::new(),
+            }),
+            T,
+        )
+        .await
+        .unwrap(),
+    );
+    let out = stdout(&r, 0);
+    let got: std::collections::HashMap<&str, (i64, i64)> = out
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0], (f[1].parse().unwrap(), f[2].parse().unwrap()))
+        })
+        .collect();
+    let err = String::from_utf8_lossy(&r.steps[0].stderr);
+    assert_eq!(got.len(), 6, "{out} {err}");
+    for denied in ["keyctl", "io_uring_setup", "unshare", "userfaultfd"] {
+        assert_eq!(got[denied], (-1, 1), "{denied} must fail with EPERM: {out}");
+    }
+    // clone3 falls back: ENOSYS, so the C library uses clone, whose flags the filter reads.
+    assert_eq!(got["clone3"], (-1, 38), "{out}");
+    assert!(got["getpid"].0 > 0, "{out}");
+    assert!(!stdout(&r, 1).ends_with("rc=0"), "{}", stdout(&r, 1));
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_code_is_not_root_on_the_host() {
+    let Some(_) = bwrap() else { return };
+    let (_d, state) = state_dir();
+    let p = std::sync::Arc::new(started(config(&state)).await);
+    let mark = marker();
+    let run = {
+        let p = p.clone();
+        let step = format!("sh -c 'sleep 3; true' {mark}");
+        tokio::spawn(async move { p.run(project(&[&step]), T).await })
+    };
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = host_pids_with(&mark);
+        if !seen.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        !seen.is_empty(),
+        "the run's process was not found from the host"
+    );
+    let (uid, gid) = plimsoll_bwrap::BwrapConfig::new(&Default::default())
+        .run_as
+        .unwrap_or((
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        ));
+    for pid in seen {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        if status.is_empty() {
+            continue;
+        }
+        let uids = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .unwrap()
+            .to_owned();
+        assert!(
+            uids.split_whitespace()
+                .skip(1)
+                .all(|u| u == uid.to_string()),
+            "{uids}"
+        );
+        assert!(
+            uid != 0 || !plimsoll_bwrap::is_root(),
+            "the code runs as host root"
+        );
+        let gids = status
+            .lines()
+            .find(|l| l.starts_with("Gid:"))
+            .unwrap()
+            .to_owned();
+        assert!(
+            gids.split_whitespace()
+                .skip(1)
+                .all(|g| g == gid.to_string()),
+            "{gids}"
+        );
+    }
+    run.await.unwrap().unwrap();
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fork_bomb_is_stopped_by_the_process_limit() {
+    let Some(_) = bwrap() else { return };
+    let (_d, state) = state_dir();
+    let mut c = config(&state);
+    c.pids = 48;
+    let p = started(c).await;
+    let code = "import os, time\nn = 0\ntry:\n    while n < 10000:\n        pid = os.fork()\n        if pid == 0:\n            time.sleep(60)\n            os._exit(0)\n        n += 1\n    print('unbounded', n)\nexcept OSError as e:\n    print('stopped', n, e.errno)\n";
+    let r = as_project(
+        p.run(
+            Work::Project(pb::ProjectRun {
+                files: vec![pb::ProjectFile {
+                    path: "bomb.py".into(),
+                    content: code.into(),
+                }],
+                steps: vec!["python3 bomb.py".into()],
+                artifacts: vec![],
+                grant_profile: String::new(),
+            }),
+            T,
+        )
+        .await
+        .unwrap(),
+    );
+    let out = stdout(&r, 0);
+    let mut words = out.split_whitespace();
+    assert_eq!(
+        words.next(),
+        Some("stopped"),
+        "{out} / {:?}",
+        String::from_utf8_lossy(&r.steps[0].stderr)
+    );
+    let n: u32 = words.next().unwrap().parse().unwrap();
+    assert!(n < 48, "{n} processes forked under a limit of 48");
+    assert_eq!(words.next(), Some("11"), "EAGAIN expected: {out}");
+    // The sandbox and every child of the bomb are gone, and the next run works.
+    let j = as_js(p.run(js("console.log('next')"), T).await.unwrap());
+    assert_eq!(j.stdout, b"next\n");
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_double_forked_setsid_child_is_gone_after_the_run() {
+    let Some(_) = bwrap() else { return };
+    let (_d, state) = state_dir();
+    let p = started(config(&state)).await;
+    let mark = marker();
+    let step = format!(
+        "setsid sh -c 'sh -c \"sleep 300; true\" {mark} & exit 0' </dev/null >/dev/null 2>&1; sleep 0.3; echo started"
+    );
+    let r = as_project(p.run(project(&[&step]), T).await.unwrap());
+    assert_eq!(stdout(&r, 0), "started");
+    // The answer came after the sandbox's PID namespace ended.
+    let left = host_pids_with(&mark);
+    assert!(
+        left.is_empty(),
+        "processes of the run outlived it: {left:?}"
+    );
+    p.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_concurrent_runs_cannot_see_each_others_processes_files_or_environment() {
+    let Some(_) = bwrap() else { return };
+    let (_d, state) = state_dir();
+    let p = std::sync::Arc::new(started(config(&state)).await);
+    let secret = marker();
+    let a = {
+        let p = p.clone();
+        let secret = secret.clone();
+        tokio::spawn(async move {
+            p.run_with_env(
+                project(&[&format!("echo {secret} > /tmp/a-file; echo {secret} > a-file; sh -c 'sleep 3; true' {secret}")]),
+                T,
+                vec![("RUN_A_SECRET".into(), secret.clone())],
+            )
+            .await
+        })
+    };
+    // Wait until run A's sleep is visible from the host.
+    for _ in 0..300 {
+        if !host_pids_with(&secret).is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(!host_pids_with(&secret).is_empty(), "run A did not start");
+    // A pattern that matches the secret but not its own text (B's command line).
+    let pattern = format!("[{}]{}", &secret[..1], &secret[1..]);
+    let b = as_project(
+        p.run(
+            project(&[
+                &format!("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -c '{pattern}'; true"),
+                &format!("cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c '{pattern}'; true"),
+                &format!("grep -rls '{pattern}' /tmp /work /run 2>/dev/null | wc -l"),
+                "ls /proc | grep -c '^[0-9]'",
+            ]),
+            T,
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(stdout(&b, 0), "0", "run B sees run A's processes");
+    assert_eq!(stdout(&b, 1), "0", "run B sees run A's environment");
+    assert_eq!(stdout(&b, 2), "0", "run B sees run A's files");
+    let a = as_project(a.await.unwrap().unwrap());
+    assert_eq!(a.steps[0].exit_code, 0, "{a:?}");
     p.shutdown().await;
 }
