@@ -1,0 +1,48 @@
+//! The session conformance suite (`plimsoll_testkit::sessions`) on the bwrap provider: one
+//! in-process plimsolld with sessions on, real bubblewrap sandboxes, every check of the
+//! suite in turn. With a wall (tier `container`), two sessions must not reach each other's
+//! files by path.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+
+use plimsoll_client::{Client, ClientOptions};
+use plimsoll_core::Tier;
+use plimsoll_testkit::daemon::Setup;
+use plimsoll_testkit::sessions as suite;
+
+#[tokio::test]
+async fn the_conformance_suite_passes_on_bwrap() {
+    let Some(_) = support::bwrap() else { return };
+    let setup = Setup::tester();
+    std::fs::set_permissions(setup.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let sandboxd = support::sandboxd().display().to_string();
+    let daemon = setup
+        .start(&[
+            ("SANDBOX_PROVIDER", "bwrap"),
+            ("SANDBOX_BWRAP_SANDBOXD", &sandboxd),
+            ("SANDBOX_MAX_SESSIONS", "4"),
+            ("SANDBOX_MAX_CONCURRENT", "4"),
+        ])
+        .await;
+    let mut c = Client::connect(
+        &format!("http://{}", daemon.rpc_addr()),
+        ClientOptions {
+            token: Some(setup.token(0).to_owned()),
+            ca_file: None,
+        },
+    )
+    .await
+    .expect("connect");
+    suite::files_persist_between_a_snippet_and_a_project(&mut c).await;
+    suite::two_sessions_cannot_see_each_other(&mut c, true).await;
+    suite::no_leftover_process_reaches_the_next_call(&mut c).await;
+    suite::a_deadline_ends_the_call_not_the_session(&mut c).await;
+    suite::held_open_output_still_returns(&mut c).await;
+    suite::a_floor_above_the_tier_is_refused(&mut c, Tier::Container).await;
+    suite::close_and_lifetime_end_the_session(&mut c).await;
+    suite::cells_keep_state_in_both_languages(&mut c).await;
+    suite::a_killed_interpreter_reports_fresh(&mut c).await;
+    daemon.shutdown().await;
+}
