@@ -17,6 +17,8 @@ tasks:
   bench sessions       a call in an open session against a single run (process provider); open time; idle memory
   bench quickjs        plimsolld (quickjs provider) against `node -e` and the process provider
   bench docker         Docker provider run latency (warm pool, none) against `docker run`
+  bench bwrap          bwrap provider added latency over a direct spawn, against the process provider and
+                       the Docker warm pool; runs per second at concurrency 8
   bench agentsandbox   claim-to-result latency through the fake Kubernetes API server, by phase
   bench scan           the ship scan on a generated 1 GiB image against a decompress-only baseline;
                        hostile inputs (bombs, nested windows) against 64 MiB peak RSS (--hostile-only)

@@ -107,6 +107,13 @@ struct Flags {
     /// keeps to 2 worker threads and 8 blocking threads.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
     max_processes: Option<u32>,
+    /// Restrict sandboxd and every program it starts with Landlock (where the kernel offers
+    /// it), for the bwrap provider's sandbox layout: read and execute only the system
+    /// directories (`/usr`, `/etc`, `/bin`, `/sbin`, `/lib*`), read `/proc`, write but never
+    /// execute in --root-dir, `/tmp` and `/dev`, and only create the --unix-socket in its
+    /// directory. The log states what the kernel enforced.
+    #[arg(long)]
+    landlock: bool,
     /// Log format: `text` or `json` [default: text on a terminal, json otherwise].
     #[arg(long, value_name = "FORMAT", value_enum)]
     log_format: Option<plimsoll_log::LogFormat>,
@@ -302,6 +309,21 @@ fn main() -> ExitCode {
         None => Arc::new(runner),
     };
 
+    if flags.landlock {
+        // Before the runtime's threads exist: Landlock binds the calling thread and its
+        // future children only.
+        let socket_dir = flags
+            .unix_socket
+            .as_deref()
+            .and_then(std::path::Path::parent);
+        match plimsoll_sandboxd::landlock::restrict(&root_dir, socket_dir) {
+            Ok(status) => tracing::info!(?status, "landlock rules applied"),
+            Err(e) => {
+                eprintln!("plimsoll-sandboxd: --landlock: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = flags.max_processes {
         let limit = u64::from(n);

@@ -195,6 +195,7 @@ pub fn args(spec: &Spec, system: &[SystemEntry]) -> Vec<String> {
             &spec.output_bytes.to_string(),
             "--max-processes",
             &spec.pids.to_string(),
+            "--landlock",
             "--log-format",
             "json",
         ],
@@ -256,6 +257,7 @@ mod tests {
             "--die-with-parent",
             "--new-session",
             "--clearenv",
+            "--landlock",
         ] {
             assert!(a.iter().any(|x| x == f), "{f} missing: {a:?}");
         }

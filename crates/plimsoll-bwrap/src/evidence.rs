@@ -43,6 +43,9 @@ pub fn smoke_project(absent: &[String]) -> pb::ProjectRun {
         ),
         // 8: writes outside the working directory and /tmp fail.
         "for d in / /usr /etc /proc/sys/kernel; do if ( : > \"$d/plimsoll-probe\" ) 2>/dev/null; then echo \"wrote $d\"; fi; done; echo checked".to_owned(),
+        // 9: the Landlock layer: a program copied to /tmp or the working directory does not
+        // run, and the channel directory takes no file.
+        "for d in /tmp .; do cp /bin/true \"$d/plimsoll-exec\" && \"$d/plimsoll-exec\" 2>/dev/null && echo \"ran $d\"; done; ( : > /run/plimsoll/plimsoll-probe ) 2>/dev/null && echo 'wrote /run/plimsoll'; echo checked".to_owned(),
     ];
     pb::ProjectRun {
         files: vec![],
@@ -63,6 +66,10 @@ pub struct SmokeFacts {
     pub languages: Vec<String>,
     /// The inside user's mapping, as `/proc/self/uid_map` stated it (`inside outside count`).
     pub uid_map: String,
+    /// Whether the Landlock layer held: nothing written could be executed, and the channel
+    /// directory took no file. A second layer: its absence (a kernel without Landlock) is
+    /// stated, not an error.
+    pub landlock: bool,
 }
 
 fn out(p: &pb::ProjectResult, i: usize) -> String {
@@ -114,7 +121,7 @@ pub fn check_host_view(status: &[String], uid: u32, gid: u32) -> Result<(), Stri
 /// Checks the smoke run's report against every property the tier needs; the error names
 /// each one that does not hold.
 pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
-    const STEPS: usize = 9;
+    const STEPS: usize = 10;
     if p.steps.len() < STEPS {
         return Err(format!(
             "the smoke run stopped after {} of {STEPS} steps ({}): {}",
@@ -221,6 +228,7 @@ pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
     Ok(SmokeFacts {
         languages,
         uid_map: map.join(""),
+        landlock: out(p, 9) == "checked",
     })
 }
 
@@ -257,6 +265,7 @@ mod tests {
                 step(init),
                 step(paths),
                 step(writes),
+                step("checked\n"),
             ],
             ..Default::default()
         }
@@ -274,6 +283,17 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(f.languages, ["javascript", "shell"]);
+        assert!(f.landlock);
+        let mut open = report(
+            "1000 0 1\nuid=1000\n",
+            STATUS,
+            NETDEV,
+            "bwrap\n",
+            "checked\n",
+            "checked\n",
+        );
+        open.steps[9] = step("ran /tmp\nchecked\n");
+        assert!(!check_smoke(&open).unwrap().landlock);
     }
 
     #[test]
@@ -309,7 +329,7 @@ mod tests {
         // A run that stopped early says how far it got.
         let mut short = report("", STATUS, NETDEV, "bwrap\n", "checked\n", "checked\n");
         short.steps.truncate(4);
-        assert!(check_smoke(&short).unwrap_err().contains("4 of 9"));
+        assert!(check_smoke(&short).unwrap_err().contains("4 of 10"));
     }
 
     #[test]

@@ -171,7 +171,8 @@ impl BwrapProvider {
     }
 }
 
-/// The environment identity: bubblewrap's version and the seccomp filter's digest.
+/// The environment identity: bubblewrap's version and the seccomp filter's digest (the
+/// provider adds `;landlock` when the smoke test proved that layer).
 pub fn environment(version: &str) -> String {
     format!("bwrap:{version};seccomp={}", seccomp::digest())
 }
@@ -292,8 +293,12 @@ impl Inner {
         if let Err(e) = &host_view {
             missing.push(e.clone());
         }
+        let mut landlock = false;
         match facts {
-            Ok(f) => proven.languages = f.languages,
+            Ok(f) => {
+                proven.languages = f.languages;
+                landlock = f.landlock;
+            }
             Err(e) => missing.push(e),
         }
         if !missing.is_empty() {
@@ -302,7 +307,13 @@ impl Inner {
                 missing.join("; ")
             )));
         }
+        if landlock {
+            proven.environment.push_str(";landlock");
+        } else {
+            tracing::warn!("the Landlock layer did not hold (the kernel offers no Landlock?): files written by runs can be executed; the namespaces and the seccomp filter still hold");
+        }
         tracing::info!(
+            landlock,
             bwrap = %bwrap.display(),
             version = %version,
             environment = %proven.environment,

@@ -91,13 +91,16 @@ async fn hardening_is_proven_from_inside_a_run() {
                 "for p in /home /root /var /etc/passwd /var/run/docker.sock /run/containerd; do [ -e $p ] && echo present $p; done; echo checked",
                 // 7: PID 1 is the sandbox's init and only the run's processes are visible.
                 "tr '\\0' ' ' < /proc/1/cmdline | cut -d' ' -f1; ls /proc | grep -c '^[0-9]'",
+                // 8: (Landlock) a copied binary runs neither from /tmp nor from the working
+                // directory, though both are writable.
+                "for d in /tmp .; do cp /bin/true $d/t && $d/t; echo \"$d rc=$?\"; done",
             ]),
             T,
         )
         .await
         .unwrap(),
     );
-    assert_eq!(r.steps.len(), 8, "{r:?}");
+    assert_eq!(r.steps.len(), 9, "{r:?}");
     let root = stdout(&r, 0);
     assert!(!root.contains("rc=0"), "{root}");
     assert!(root.contains("Read-only file system"), "{root}");
@@ -127,6 +130,17 @@ async fn hardening_is_proven_from_inside_a_run() {
     let visible: u32 = lines.next().unwrap().parse().unwrap();
     // bwrap's init, sandboxd, the step's shell and its children: a handful, not the host's.
     assert!(visible < 12, "{visible} processes visible: {init}");
+    // The kernels plimsoll is tested on offer Landlock: the layer must hold there.
+    assert!(
+        p.facts().environment.ends_with(";landlock"),
+        "{}",
+        p.facts().environment
+    );
+    let exec = stdout(&r, 8);
+    assert_eq!(exec.lines().count(), 2, "{exec}");
+    for line in exec.lines() {
+        assert!(!line.ends_with(" rc=0"), "a copied binary ran: {exec}");
+    }
     p.shutdown().await;
 }
 

@@ -6,6 +6,7 @@
 //! once, never log a token, and never report "not dispatched" for a call that may have run.
 
 pub mod client;
+pub mod landlock;
 pub mod serve;
 pub mod service;
 pub mod token;

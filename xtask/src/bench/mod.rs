@@ -5,6 +5,7 @@
 
 pub mod agentsandbox;
 pub mod attest;
+pub mod bwrap;
 pub mod docker;
 pub mod grants;
 pub mod mcp;
@@ -27,6 +28,7 @@ pub fn run(name: Option<&str>, args: &[&str], tasks: &str) -> anyhow::Result<()>
         Some("process") => process::run(args),
         Some("quickjs") => quickjs::run(args),
         Some("docker") => docker::run(args),
+        Some("bwrap") => bwrap::run(args),
         Some("agentsandbox") => agentsandbox::run(args),
         Some("grants") => grants::run(args),
         Some("scan") => scan::run(args),

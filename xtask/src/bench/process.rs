@@ -369,15 +369,15 @@ fn phase_ms(lines: &[serde_json::Value], target: &str, key: &str) -> Option<f64>
 }
 
 /// One trivial program, run directly and through plimsolld.
-struct Pair {
-    name: &'static str,
-    program: &'static str,
-    args: &'static [&'static str],
-    stdin: Option<&'static [u8]>,
-    request: pb::RunRequest,
+pub(crate) struct Pair {
+    pub(crate) name: &'static str,
+    pub(crate) program: &'static str,
+    pub(crate) args: &'static [&'static str],
+    pub(crate) stdin: Option<&'static [u8]>,
+    pub(crate) request: pb::RunRequest,
 }
 
-fn pairs() -> Vec<Pair> {
+pub(crate) fn pairs() -> Vec<Pair> {
     vec![
         Pair {
             name: "sh -c true",
@@ -417,7 +417,7 @@ fn project_true() -> pb::RunRequest {
 /// Spawns the program directly and waits for it, as the runner starts it: piped output,
 /// in `dir`, with the runner's fixed clean environment (an inherited one can change the
 /// program: `NODE_EXTRA_CA_CERTS` alone makes node start ~200 ms slower).
-async fn direct(p: &Pair, dir: &Path) -> anyhow::Result<Duration> {
+pub(crate) async fn direct(p: &Pair, dir: &Path) -> anyhow::Result<Duration> {
     use tokio::io::AsyncWriteExt;
     let t0 = Instant::now();
     let mut child = tokio::process::Command::new(p.program)
