@@ -310,6 +310,9 @@ async fn a_fork_bomb_is_stopped_by_the_process_limit() {
     p.shutdown().await;
 }
 
+/// The child leaves everything the runner's own sweep looks for (its process group, the
+/// run's tag in its environment, a working directory inside the run's): only the end of the
+/// sandbox's PID namespace can end it.
 #[tokio::test]
 async fn a_double_forked_setsid_child_is_gone_after_the_run() {
     let Some(_) = bwrap() else { return };
@@ -317,7 +320,7 @@ async fn a_double_forked_setsid_child_is_gone_after_the_run() {
     let p = started(config(&state)).await;
     let mark = marker();
     let step = format!(
-        "setsid sh -c 'sh -c \"sleep 300; true\" {mark} & exit 0' </dev/null >/dev/null 2>&1; sleep 0.3; echo started"
+        "cd / && setsid env -i sh -c 'sh -c \"sleep 300; true\" {mark} & exit 0' </dev/null >/dev/null 2>&1; sleep 0.3; echo started"
     );
     let r = as_project(p.run(project(&[&step]), T).await.unwrap());
     assert_eq!(stdout(&r, 0), "started");
