@@ -169,12 +169,21 @@ fn bad_bwrap_configuration_is_a_clear_startup_error() {
     let other = fake_bwrap(tools.path(), "GNU bash, version 5.2");
     let log = refused(&[("SANDBOX_BWRAP_PATH", other.to_str().unwrap())], &[], 1);
     assert!(log.contains("not bubblewrap's version line"), "{log}");
-    // A limit the provider cannot hold is refused by name, before anything starts.
-    let log = refused(&[("SANDBOX_MEMORY_MB", "256")], &[], 2);
-    assert!(
-        log.contains("SANDBOX_MEMORY_MB") && log.contains("cannot enforce"),
-        "{log}"
-    );
+    // A limit the provider cannot hold here (no delegated cgroup v2) is refused by name,
+    // before anything starts.
+    let memory = plimsoll_bwrap::cgroup::Limits {
+        memory_mb: 256,
+        cpus: 0.0,
+    };
+    if let Err(why) = plimsoll_bwrap::cgroup::find(&memory) {
+        let log = refused(&[("SANDBOX_MEMORY_MB", "256")], &[], 2);
+        assert!(
+            log.contains("SANDBOX_MEMORY_MB")
+                && log.contains("delegated cgroup v2")
+                && log.contains(&why),
+            "{log}"
+        );
+    }
     // A floor above the tier: refused at startup.
     let log = refused(&[("SANDBOX_MIN_ISOLATION", "kernel")], &[], 2);
     assert!(log.contains("kernel"), "{log}");

@@ -12,9 +12,10 @@
 //! - **Limits.** `SANDBOX_PIDS` (default 256) is the kernel's per-user process limit
 //!   inside each sandbox's own user namespace, so it counts that sandbox's processes only.
 //!   `SANDBOX_DISK_MB` (default 160) is the size of the sandbox's `/work` tmpfs (and `/tmp`
-//!   is a further 16 MiB). `SANDBOX_MEMORY_MB` and `SANDBOX_CPUS` need a cgroup, which this
-//!   provider does not manage: set, they are refused at startup, naming them; unset, runs
-//!   get no memory or CPU limit of their own and `Describe` states 0 for both.
+//!   is a further 16 MiB). `SANDBOX_MEMORY_MB` and `SANDBOX_CPUS` are held only through a
+//!   delegated cgroup v2 (the `cgroup` module): set where there is none, they are refused at
+//!   startup, naming them and why; unset, runs get no memory or CPU limit of their own and
+//!   `Describe` states 0 for both.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,6 +85,8 @@ pub struct BwrapConfig {
     pub pids: u32,
     /// Size of each sandbox's `/work`, in MiB.
     pub disk_mb: u32,
+    /// Memory and CPU limits, held through a delegated cgroup v2 (zero: none).
+    pub cgroup: crate::cgroup::Limits,
 }
 
 impl BwrapConfig {
@@ -100,6 +103,10 @@ impl BwrapConfig {
             default_timeout: shared.default_timeout,
             pids: nz(shared.resources.pids, DEFAULT_PIDS),
             disk_mb: nz(shared.resources.disk_mb, DEFAULT_DISK_MB),
+            cgroup: crate::cgroup::Limits {
+                memory_mb: 0,
+                cpus: 0.0,
+            },
         }
     }
 }
@@ -171,15 +178,36 @@ impl ProviderSetup for BwrapConfig {
     fn from_env(env: &dyn EnvSource, shared: &Shared) -> Result<Self, ConfigError> {
         let vars = Vars::new(env);
         let (bwrap, sandboxd, user, pool) = check_own(&vars)?;
-        for name in ["SANDBOX_MEMORY_MB", "SANDBOX_CPUS"] {
-            if shared.explicit_resources.contains(&name) {
+        let mut c = BwrapConfig::new(shared);
+        let explicit = |n: &str| shared.explicit_resources.contains(&n);
+        if explicit("SANDBOX_MEMORY_MB") {
+            c.cgroup.memory_mb = shared.resources.memory_mb;
+        }
+        if explicit("SANDBOX_CPUS") {
+            c.cgroup.cpus = shared.resources.cpus;
+        }
+        if c.cgroup.memory_mb > 0 && c.cgroup.memory_mb < 32 {
+            return Err(ConfigError::new(
+                "SANDBOX_MEMORY_MB",
+                format!(
+                    "{} MiB is too small for sandboxd and an interpreter; use at least 32",
+                    c.cgroup.memory_mb
+                ),
+            ));
+        }
+        if !c.cgroup.controllers().is_empty() {
+            if let Err(why) = crate::cgroup::find(&c.cgroup) {
+                let name = if c.cgroup.memory_mb > 0 {
+                    "SANDBOX_MEMORY_MB"
+                } else {
+                    "SANDBOX_CPUS"
+                };
                 return Err(ConfigError::new(
                     name,
-                    "the bwrap provider cannot enforce it (it would need a cgroup, which it does not manage); unset it, or use SANDBOX_PROVIDER=docker for memory and CPU limits",
+                    format!("the bwrap provider holds memory and CPU limits only through a delegated cgroup v2, and cannot here: {why}; unset it, delegate a cgroup v2 to plimsolld (systemd: Delegate=yes), or use SANDBOX_PROVIDER=docker"),
                 ));
             }
         }
-        let mut c = BwrapConfig::new(shared);
         if c.pids < 16 {
             return Err(ConfigError::new(
                 "SANDBOX_PIDS",
@@ -233,8 +261,8 @@ impl ProviderSetup for BwrapConfig {
 
     fn resources(&self, _shared: Resources) -> Resources {
         Resources {
-            memory_mb: 0,
-            cpus: 0.0,
+            memory_mb: self.cgroup.memory_mb,
+            cpus: self.cgroup.cpus,
             pids: self.pids,
             disk_mb: self.disk_mb,
         }
@@ -262,11 +290,38 @@ mod tests {
         assert_eq!((r.memory_mb, r.cpus), (0, 0.0));
         shared.explicit_resources = vec!["SANDBOX_MEMORY_MB"];
         shared.resources.memory_mb = 256;
-        let e = read(&[], &shared).unwrap_err();
-        assert_eq!(e.name, "SANDBOX_MEMORY_MB");
-        assert!(e.message.contains("cannot enforce"), "{e}");
+        let memory = crate::cgroup::Limits {
+            memory_mb: 256,
+            cpus: 0.0,
+        };
+        match crate::cgroup::find(&memory) {
+            // A host that delegates a cgroup v2: the limit is taken and stated.
+            Ok(_) => assert_eq!(
+                read(&[], &shared)
+                    .unwrap()
+                    .resources(shared.resources)
+                    .memory_mb,
+                256
+            ),
+            Err(why) => {
+                let e = read(&[], &shared).unwrap_err();
+                assert_eq!(e.name, "SANDBOX_MEMORY_MB");
+                assert!(
+                    e.message.contains("delegated cgroup v2") && e.message.contains(&why),
+                    "{e}"
+                );
+            }
+        }
         shared.explicit_resources = vec!["SANDBOX_CPUS"];
-        assert_eq!(read(&[], &shared).unwrap_err().name, "SANDBOX_CPUS");
+        shared.resources.cpus = 1.0;
+        if crate::cgroup::find(&crate::cgroup::Limits {
+            memory_mb: 0,
+            cpus: 1.0,
+        })
+        .is_err()
+        {
+            assert_eq!(read(&[], &shared).unwrap_err().name, "SANDBOX_CPUS");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! from inside a real sandbox (and who runs it, from the host); otherwise plimsolld does not
 //! start, and the message names what is missing. See docs/bwrap.md.
 
+pub mod cgroup;
 mod command;
 mod config;
 pub mod evidence;

@@ -222,6 +222,15 @@ impl Inner {
                 .map_err(start_error)?;
             host::check_reachable(&sandboxd, uid, gid, "sandboxd").map_err(start_error)?;
         }
+        let limits = self.cfg.cgroup;
+        let cgroup = if limits.controllers().is_empty() {
+            None
+        } else {
+            let d = crate::cgroup::find(&limits).map_err(start_error)?;
+            d.prepare(&limits)
+                .map_err(|e| start_error(format!("cannot prepare the delegated cgroup v2: {e}")))?;
+            Some((d, limits))
+        };
         let filter = self.dir.join("seccomp.bpf");
         std::fs::write(&filter, seccomp::program())
             .map_err(|e| start_error(format!("cannot write {}: {e}", filter.display())))?;
@@ -230,6 +239,7 @@ impl Inner {
                 bwrap: bwrap.clone(),
                 seccomp: filter,
                 run_as: self.cfg.run_as,
+                cgroup,
             },
             sandboxd,
             languages: Vec::new(),
@@ -312,6 +322,19 @@ impl Inner {
         } else {
             tracing::warn!("the Landlock layer did not hold (the kernel offers no Landlock?): files written by runs can be executed; the namespaces and the seccomp filter still hold");
         }
+        let mut held = vec!["processes (SANDBOX_PIDS)", "/work size (SANDBOX_DISK_MB)"];
+        if limits.memory_mb > 0 {
+            held.push("memory (SANDBOX_MEMORY_MB, cgroup v2)");
+        }
+        if limits.cpus > 0.0 {
+            held.push("CPU (SANDBOX_CPUS, cgroup v2)");
+        }
+        let not_held = match (limits.memory_mb > 0, limits.cpus > 0.0) {
+            (true, true) => "",
+            (true, false) => "; CPU is not limited (SANDBOX_CPUS unset)",
+            (false, true) => "; memory is not limited (SANDBOX_MEMORY_MB unset)",
+            (false, false) => "; memory and CPU are not limited (they need SANDBOX_MEMORY_MB / SANDBOX_CPUS and a delegated cgroup v2)",
+        };
         tracing::info!(
             landlock,
             bwrap = %bwrap.display(),
@@ -321,7 +344,10 @@ impl Inner {
             host_user = %format!("{uid}:{gid}"),
             pids = self.cfg.pids,
             disk_mb = self.cfg.disk_mb,
-            "bwrap provider proved its wall (tier container); limits held: processes (SANDBOX_PIDS) and /work size (SANDBOX_DISK_MB); memory and CPU are not limited by this provider"
+            memory_mb = limits.memory_mb,
+            cpus = limits.cpus,
+            "bwrap provider proved its wall (tier container); limits held: {}{not_held}",
+            held.join(", ")
         );
         let _ = self.proven.set(proven);
         if self.cfg.pool > 0 {

@@ -17,6 +17,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
+use crate::cgroup::SandboxCgroup;
 use crate::command::{self, Spec, SOCKET_NAME, TOKEN_NAME};
 
 /// Time a new sandbox is given to start sandboxd and bind its socket.
@@ -33,6 +34,9 @@ pub struct Launch {
     pub seccomp: PathBuf,
     /// The host user and group the sandbox runs as (`None`: plimsolld's own).
     pub run_as: Option<(u32, u32)>,
+    /// The delegated cgroup and the limits each sandbox gets there (`None`: no memory or
+    /// CPU limit).
+    pub cgroup: Option<(crate::cgroup::Delegated, crate::cgroup::Limits)>,
 }
 
 /// A launched sandbox whose sandboxd is listening.
@@ -43,6 +47,7 @@ pub struct Sandbox {
     dir: PathBuf,
     client: SandboxdClient,
     log: Arc<Mutex<Vec<u8>>>,
+    cgroup: Option<SandboxCgroup>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -90,6 +95,9 @@ pub enum LaunchError {
     /// sandboxd listened but could not be reached.
     #[error("sandboxd's socket did not accept: {0}")]
     Connect(String),
+    /// The sandbox's processes could not be put under its memory and CPU limits.
+    #[error("the sandbox's cgroup: {0}")]
+    Cgroup(String),
 }
 
 fn tail(log: &str) -> String {
@@ -174,19 +182,46 @@ impl Sandbox {
             });
         }
         let ready = wait_ready(&mut child, &dir, &token, &log).await;
-        match ready {
-            Ok(client) => Ok(Sandbox {
-                child,
-                pid,
-                dir,
-                client,
-                log,
-            }),
+        let client = match ready {
+            Ok(client) => client,
             Err(e) => {
-                end(&mut child, &dir).await;
-                Err(e)
+                end(&mut child, &dir, None).await;
+                return Err(e);
             }
-        }
+        };
+        // Under the limits before any call is sent: nothing of a run starts outside them.
+        let cgroup = match &l.cgroup {
+            None => None,
+            Some((delegated, limits)) => {
+                let id = dir
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                match delegated.sandbox(&id, limits) {
+                    Ok(cg) => {
+                        let moved = cg.adopt(&descendants(pid));
+                        let cg = Some(cg);
+                        if let Err(e) = moved {
+                            end(&mut child, &dir, cg).await;
+                            return Err(LaunchError::Cgroup(e));
+                        }
+                        cg
+                    }
+                    Err(e) => {
+                        end(&mut child, &dir, None).await;
+                        return Err(LaunchError::Cgroup(e));
+                    }
+                }
+            }
+        };
+        Ok(Sandbox {
+            child,
+            pid,
+            dir,
+            client,
+            log,
+            cgroup,
+        })
     }
 
     /// The channel to this sandbox's sandboxd.
@@ -222,9 +257,11 @@ impl Sandbox {
             .collect()
     }
 
-    /// Kills every process of the sandbox and removes its run directory.
+    /// Kills every process of the sandbox and removes its run directory (and its cgroup,
+    /// once empty, in the background).
     pub async fn end(mut self) {
-        end(&mut self.child, &self.dir).await;
+        let cg = self.cgroup.take();
+        end(&mut self.child, &self.dir, cg).await;
     }
 }
 
@@ -250,10 +287,15 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     out
 }
 
-async fn end(child: &mut Child, dir: &Path) {
+async fn end(child: &mut Child, dir: &Path, cgroup: Option<SandboxCgroup>) {
     let _ = child.start_kill();
     let _ = child.wait().await;
     let _ = std::fs::remove_dir_all(dir);
+    if let Some(cg) = cgroup {
+        // The namespace's last processes die a moment after bwrap: wait for them off the
+        // async threads.
+        tokio::task::spawn_blocking(move || cg.remove());
+    }
 }
 
 /// The run directory: private to the sandbox's host user, with the token file in it.

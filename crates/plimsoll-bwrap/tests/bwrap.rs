@@ -381,3 +381,75 @@ async fn two_concurrent_runs_cannot_see_each_others_processes_files_or_environme
     assert_eq!(a.steps[0].exit_code, 0, "{a:?}");
     p.shutdown().await;
 }
+
+/// Where plimsolld has a delegated cgroup v2 with the memory controller, a run over
+/// `SANDBOX_MEMORY_MB` fails its allocation or is killed while a small one runs; where it has
+/// none (cgroup v1 or a hybrid, no delegation), startup refuses to claim the limit, naming
+/// the variable and why.
+#[tokio::test]
+async fn the_memory_limit_is_enforced_or_startup_refuses_to_claim_it() {
+    let Some(_) = bwrap() else { return };
+    let (_d, state) = state_dir();
+    let limits = plimsoll_bwrap::cgroup::Limits {
+        memory_mb: 96,
+        cpus: 0.0,
+    };
+    let shared = plimsoll_provider::Shared {
+        state_dir: state.clone(),
+        resources: plimsoll_provider::Resources {
+            memory_mb: 96,
+            ..Default::default()
+        },
+        explicit_resources: vec!["SANDBOX_MEMORY_MB"],
+        ..Default::default()
+    };
+    let read = <plimsoll_bwrap::BwrapConfig as plimsoll_provider::ProviderSetup>::from_env(
+        &plimsoll_config::MapEnv::default(),
+        &shared,
+    );
+    match plimsoll_bwrap::cgroup::find(&limits) {
+        Err(why) => {
+            let e = read.unwrap_err();
+            assert_eq!(e.name, "SANDBOX_MEMORY_MB");
+            assert!(e.message.contains(&why), "{e}");
+            eprintln!(
+                "no delegated cgroup v2 here ({why}): startup refused to claim the memory limit"
+            );
+        }
+        Ok(_) => {
+            let mut c = read.unwrap();
+            c.sandboxd = Some(sandboxd());
+            let p = started(c).await;
+            assert_eq!(
+                <plimsoll_bwrap::BwrapConfig as plimsoll_provider::ProviderSetup>::resources(
+                    &{
+                        let mut c = config(&state);
+                        c.cgroup = limits;
+                        c
+                    },
+                    Default::default()
+                )
+                .memory_mb,
+                96
+            );
+            let big = "b = bytearray(400 * 1024 * 1024)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\nprint('allocated')";
+            let r = as_project(
+                p.run(
+                    project(&[
+                        &format!("python3 -c '{big}'"),
+                        "python3 -c 'b = bytearray(8 << 20); print(len(b))'",
+                    ]),
+                    T,
+                )
+                .await
+                .unwrap(),
+            );
+            assert!(
+                !stdout(&r, 0).contains("allocated"),
+                "400 MiB under a 96 MiB limit: {r:?}"
+            );
+            assert_ne!(r.steps[0].exit_code, 0);
+            p.shutdown().await;
+        }
+    }
+}
