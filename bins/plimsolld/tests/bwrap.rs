@@ -94,7 +94,7 @@ fn plimsolld_serves_from_bwrap_states_its_wall_and_keeps_the_floors() {
             "{env}"
         );
         assert_eq!(pe.languages, ["javascript", "python", "shell"]);
-        let res = desc.resources.clone().unwrap();
+        let res = desc.resources.unwrap();
         assert_eq!((res.memory_mb, res.pids), (0, 256), "{res:?}");
 
         for floor in ["", "process", "container"] {

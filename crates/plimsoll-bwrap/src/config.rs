@@ -136,9 +136,15 @@ fn parse_user(v: &str) -> Result<(u32, u32), String> {
     Ok((u, g))
 }
 
-fn check_own(
-    vars: &Vars<'_>,
-) -> Result<(Option<PathBuf>, Option<PathBuf>, Option<(u32, u32)>, usize), ConfigError> {
+/// The provider's own variables, read and checked.
+struct Own {
+    bwrap: Option<PathBuf>,
+    sandboxd: Option<PathBuf>,
+    user: Option<(u32, u32)>,
+    pool: usize,
+}
+
+fn check_own(vars: &Vars<'_>) -> Result<Own, ConfigError> {
     let bwrap = vars.path("SANDBOX_BWRAP_PATH");
     if let Some(p) = &bwrap {
         if !p.is_absolute() {
@@ -168,7 +174,12 @@ fn check_own(
             format!("{pool} is more than {MAX_POOL}"),
         ));
     }
-    Ok((bwrap, sandboxd, user, pool))
+    Ok(Own {
+        bwrap,
+        sandboxd,
+        user,
+        pool,
+    })
 }
 
 impl ProviderSetup for BwrapConfig {
@@ -177,7 +188,12 @@ impl ProviderSetup for BwrapConfig {
 
     fn from_env(env: &dyn EnvSource, shared: &Shared) -> Result<Self, ConfigError> {
         let vars = Vars::new(env);
-        let (bwrap, sandboxd, user, pool) = check_own(&vars)?;
+        let Own {
+            bwrap,
+            sandboxd,
+            user,
+            pool,
+        } = check_own(&vars)?;
         let mut c = BwrapConfig::new(shared);
         let explicit = |n: &str| shared.explicit_resources.contains(&n);
         if explicit("SANDBOX_MEMORY_MB") {
