@@ -229,6 +229,13 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     plimsoll_log::init(flags.log_format);
+    // The code of a run may share sandboxd's user (the bwrap provider's sandboxes, a container
+    // without --run-as): it must not read sandboxd's memory (the token) or environment
+    // through /proc. Programs sandboxd starts are dumpable again after their exec.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("plimsoll-sandboxd: cannot make itself non-dumpable: {e}");
+        return ExitCode::from(1);
+    }
 
     let auth = match (&flags.token_file, flags.insecure_no_token) {
         (Some(path), false) => match TokenFile::open(path) {

@@ -149,10 +149,11 @@ fn bad_bwrap_configuration_is_a_clear_startup_error() {
     if !have_bwrap() {
         return;
     }
-    // No bwrap where it is said to be, and none on PATH.
-    let log = refused(&[("SANDBOX_BWRAP_PATH", "/nonexistent/bwrap")], &[], 1);
+    // No bwrap where it is said to be (a configuration error, exit 2), and none on PATH
+    // (startup cannot go on, exit 1).
+    let log = refused(&[("SANDBOX_BWRAP_PATH", "/nonexistent/bwrap")], &[], 2);
     assert!(
-        log.contains("SANDBOX_BWRAP_PATH /nonexistent/bwrap is not an executable file"),
+        log.contains("SANDBOX_BWRAP_PATH: /nonexistent/bwrap is not an executable file"),
         "{log}"
     );
     assert!(log.contains("apt-get install bubblewrap"), "{log}");

@@ -4,8 +4,9 @@
 //!
 //! Inside, the sandbox sees: `/usr` and the host's `/bin`, `/sbin`, `/lib*` (symlinks
 //! reproduced as symlinks, directories bound read-only), `/etc/alternatives` and
-//! `/etc/ld.so.cache` read-only; a fresh `/proc` of its own PID namespace and a minimal
-//! `/dev`; fresh tmpfs mounts at `/tmp` and `/work` (sandboxd's runs), each of bounded size;
+//! `/etc/ld.so.cache` read-only; a fresh `/proc` of its own PID namespace and a minimal,
+//! read-only `/dev`; fresh tmpfs mounts at `/tmp`, `/dev/shm` and `/work` (sandboxd's runs),
+//! each of bounded size;
 //! its own run directory at `/run/plimsoll` (sandboxd's socket, the grant relay's socket);
 //! sandboxd read-only at `/run/plimsoll-sandboxd`. The root itself is read-only. Nothing
 //! else of the host: no `/home`, `/root`, host `/tmp`, `/var`, or any daemon's socket.
@@ -159,6 +160,16 @@ pub fn args(spec: &Spec, system: &[SystemEntry]) -> Vec<String> {
             "/proc",
             "--dev",
             "/dev",
+            // bwrap's /dev is a tmpfs of no size: a bounded /dev/shm in it, and the rest
+            // read-only (its device nodes still read and write).
+            "--size",
+            &spec.tmp_bytes.to_string(),
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/dev/shm",
+            "--remount-ro",
+            "/dev",
             "--size",
             &spec.tmp_bytes.to_string(),
             "--perms",
@@ -263,7 +274,7 @@ mod tests {
         }
         assert_eq!(pair(&a, "--cap-drop"), ["ALL"]);
         assert_eq!(pair(&a, "--seccomp"), ["0"]);
-        assert_eq!(pair(&a, "--remount-ro"), ["/"]);
+        assert_eq!(pair(&a, "--remount-ro"), ["/dev", "/"]);
         assert_eq!(pair(&a, "--symlink"), ["usr/lib"]);
         // Read-only: the system, sandboxd. Writable: the run directory only.
         assert_eq!(
@@ -280,11 +291,9 @@ mod tests {
                 "{host} is bound"
             );
         }
-        assert_eq!(pair(&a, "--tmpfs"), ["/tmp", WORK_DIR]);
-        assert_eq!(
-            pair(&a, "--size"),
-            [(16u64 << 20).to_string(), (160u64 << 20).to_string()]
-        );
+        assert_eq!(pair(&a, "--tmpfs"), ["/dev/shm", "/tmp", WORK_DIR]);
+        let (tmp, work) = ((16u64 << 20).to_string(), (160u64 << 20).to_string());
+        assert_eq!(pair(&a, "--size"), [tmp.clone(), tmp, work]);
         assert_eq!(pair(&a, "--max-processes"), ["256"]);
         assert!(!a.iter().any(|x| x == "--languages" || x == "--session"));
         let sep = a.iter().position(|x| x == "--").unwrap();

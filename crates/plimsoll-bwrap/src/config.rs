@@ -145,24 +145,32 @@ struct Own {
 }
 
 fn check_own(vars: &Vars<'_>) -> Result<Own, ConfigError> {
-    let bwrap = vars.path("SANDBOX_BWRAP_PATH");
-    if let Some(p) = &bwrap {
+    let program = |name: &str, fix: &str| -> Result<Option<PathBuf>, ConfigError> {
+        let Some(p) = vars.path(name) else {
+            return Ok(None);
+        };
         if !p.is_absolute() {
             return Err(ConfigError::new(
-                "SANDBOX_BWRAP_PATH",
+                name,
                 format!("{} is not an absolute path", p.display()),
             ));
         }
-    }
-    let sandboxd = vars.path("SANDBOX_BWRAP_SANDBOXD");
-    if let Some(p) = &sandboxd {
-        if !p.is_absolute() {
+        if !crate::host::is_executable(&p) {
             return Err(ConfigError::new(
-                "SANDBOX_BWRAP_SANDBOXD",
-                format!("{} is not an absolute path", p.display()),
+                name,
+                format!("{} is not an executable file; {fix}", p.display()),
             ));
         }
-    }
+        Ok(Some(p))
+    };
+    let bwrap = program(
+        "SANDBOX_BWRAP_PATH",
+        "install bubblewrap (Debian: apt-get install bubblewrap) and point it there, or unset it to use bwrap on PATH",
+    )?;
+    let sandboxd = program(
+        "SANDBOX_BWRAP_SANDBOXD",
+        "point it at plimsoll-sandboxd, or unset it to use the one beside plimsolld",
+    )?;
     let user = match vars.string("SANDBOX_BWRAP_USER") {
         None => None,
         Some(v) => Some(parse_user(&v).map_err(|m| ConfigError::new("SANDBOX_BWRAP_USER", m))?),
@@ -346,10 +354,19 @@ mod tests {
         for (pairs, name) in [
             (vec![("SANDBOX_BWRAP_PATH", "bwrap")], "SANDBOX_BWRAP_PATH"),
             (
+                vec![("SANDBOX_BWRAP_PATH", "/nonexistent/bwrap")],
+                "SANDBOX_BWRAP_PATH",
+            ),
+            (
+                vec![("SANDBOX_BWRAP_SANDBOXD", "/nonexistent/sandboxd")],
+                "SANDBOX_BWRAP_SANDBOXD",
+            ),
+            (
                 vec![("SANDBOX_BWRAP_SANDBOXD", "sandboxd")],
                 "SANDBOX_BWRAP_SANDBOXD",
             ),
             (vec![("SANDBOX_BWRAP_USER", "0:0")], "SANDBOX_BWRAP_USER"),
+            (vec![("SANDBOX_BWRAP_USER", "1000:0")], "SANDBOX_BWRAP_USER"),
             (vec![("SANDBOX_BWRAP_USER", "nobody")], "SANDBOX_BWRAP_USER"),
             (vec![("SANDBOX_BWRAP_POOL", "65")], "SANDBOX_BWRAP_POOL"),
         ] {

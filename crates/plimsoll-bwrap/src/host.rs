@@ -16,12 +16,25 @@ pub fn on_path(name: &str) -> Option<PathBuf> {
         .find(|p| is_executable(p))
 }
 
-fn is_executable(p: &Path) -> bool {
+/// Whether `p` is a regular file with an execute bit.
+pub fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
 }
 
-/// The bwrap binary: `configured` (`SANDBOX_BWRAP_PATH`) or `bwrap` on `PATH`.
+/// The bwrap binary: `configured` (`SANDBOX_BWRAP_PATH`) or `bwrap` on `PATH`; never a
+/// set-user-id one (that bwrap refuses the options the provider needs, and runs as root).
 pub fn find_bwrap(configured: Option<&Path>) -> Result<PathBuf, String> {
+    let found = find_bwrap_file(configured)?;
+    if std::fs::metadata(&found).is_ok_and(|m| m.mode() & 0o4000 != 0) {
+        return Err(format!(
+            "{} is installed set-user-id; the bwrap provider needs a bwrap that is not (Debian's is not): chmod u-s it, or point SANDBOX_BWRAP_PATH at another",
+            found.display()
+        ));
+    }
+    Ok(found)
+}
+
+fn find_bwrap_file(configured: Option<&Path>) -> Result<PathBuf, String> {
     match configured {
         Some(p) if is_executable(p) => Ok(p.to_owned()),
         Some(p) => Err(format!(
@@ -57,7 +70,12 @@ pub async fn check_version(bwrap: &Path) -> Result<String, String> {
         .output()
         .await
         .map_err(|e| format!("cannot run {} --version: {e}", bwrap.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let text = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_owned();
     let Some(v) = parse_version(&text) else {
         return Err(format!(
             "{} --version printed {text:?}, which is not bubblewrap's version line; SANDBOX_BWRAP_PATH must name bubblewrap",
@@ -122,11 +140,13 @@ pub fn check_userns(proc_sys: &Path, unprivileged: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks that host user `uid`/`gid` can search every directory above `path` (bwrap,
-/// running as that user, must reach the run directories and sandboxd).
+/// Checks that host user `uid`/`gid` can search every directory above `path`, and `path`
+/// itself when it is a directory (bwrap, running as that user, must reach the run
+/// directories and sandboxd).
 pub fn check_reachable(path: &Path, uid: u32, gid: u32, what: &str) -> Result<(), String> {
     let mut blocked = Vec::new();
-    for dir in path.ancestors().skip(1) {
+    let skip = usize::from(!path.is_dir());
+    for dir in path.ancestors().skip(skip) {
         let Ok(m) = std::fs::metadata(dir) else {
             continue;
         };
@@ -202,6 +222,7 @@ mod tests {
         std::fs::set_permissions(d.path().join("a"), std::fs::Permissions::from_mode(0o711))
             .unwrap();
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-        check_reachable(&inner.join("x"), me.wrapping_add(4242), 4242, "x").unwrap();
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o711)).unwrap();
+        check_reachable(&inner, me.wrapping_add(4242), 4242, "x").unwrap();
     }
 }

@@ -84,6 +84,7 @@ fn claim_instance(state_dir: &Path) -> std::io::Result<(PathBuf, Flock<File>)> {
                 continue;
             };
             if let Ok(_held) = Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                tracing::info!(dir = %p.with_extension("").display(), "removing what an ended plimsolld start left");
                 let _ = std::fs::remove_dir_all(p.with_extension(""));
                 let _ = std::fs::remove_file(&p);
             }
@@ -218,7 +219,7 @@ impl Inner {
             )
         });
         if self.cfg.run_as.is_some() {
-            host::check_reachable(&self.dir.join("x"), uid, gid, "the state directory")
+            host::check_reachable(&self.dir, uid, gid, "the state directory")
                 .map_err(start_error)?;
             host::check_reachable(&sandboxd, uid, gid, "sandboxd").map_err(start_error)?;
         }

@@ -94,13 +94,17 @@ async fn hardening_is_proven_from_inside_a_run() {
                 // 8: (Landlock) a copied binary runs neither from /tmp nor from the working
                 // directory, though both are writable.
                 "for d in /tmp .; do cp /bin/true $d/t && $d/t; echo \"$d rc=$?\"; done",
+                // 9: /dev takes no file, /dev/shm is bounded (16 MiB), /dev/null still works.
+                "( : > /dev/plimsoll-probe ) 2>/dev/null && echo 'wrote /dev'; head -c 20971520 /dev/zero > /dev/shm/big 2>/dev/null && echo 'shm unbounded'; echo ok > /dev/null && echo checked",
+                // 10: sandboxd shares the run's user but its memory and environment are closed.
+                "for p in /proc/[0-9]*; do if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^/run/plimsoll-sandboxd'; then echo \"sandboxd $p\"; cat $p/environ >/dev/null 2>&1 && echo \"read $p/environ\"; head -c 1 $p/mem >/dev/null 2>&1 && echo \"read $p/mem\"; fi; done",
             ]),
             T,
         )
         .await
         .unwrap(),
     );
-    assert_eq!(r.steps.len(), 9, "{r:?}");
+    assert_eq!(r.steps.len(), 11, "{r:?}");
     let root = stdout(&r, 0);
     assert!(!root.contains("rc=0"), "{root}");
     assert!(root.contains("Read-only file system"), "{root}");
@@ -141,6 +145,16 @@ async fn hardening_is_proven_from_inside_a_run() {
     for line in exec.lines() {
         assert!(!line.ends_with(" rc=0"), "a copied binary ran: {exec}");
     }
+    assert_eq!(stdout(&r, 9), "checked", "/dev");
+    let sd = stdout(&r, 10);
+    assert!(
+        sd.starts_with("sandboxd /proc/"),
+        "sandboxd not found: {sd}"
+    );
+    assert!(
+        !sd.contains("read "),
+        "the run reads sandboxd's memory or environment: {sd}"
+    );
     p.shutdown().await;
 }
 
