@@ -15,30 +15,17 @@ use plimsoll_testkit::plimsolld::Plimsolld;
 const BIN: &str = env!("CARGO_BIN_EXE_plimsolld");
 
 fn have_bwrap() -> bool {
-    let found = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]
-        .iter()
-        .any(|p| Path::new(p).exists());
-    if !found {
-        assert!(
-            std::env::var_os("PLIMSOLL_REQUIRE_BWRAP").is_none(),
-            "PLIMSOLL_REQUIRE_BWRAP is set but bwrap is not installed (apt-get install bubblewrap)"
-        );
-        eprintln!("SKIPPED: bwrap is not installed (apt-get install bubblewrap)");
-    }
-    found
+    plimsoll_testkit::bwrap::installed()
 }
 
 /// A folder the sandboxes' host user (nobody, when the tests run as root) can search.
 fn folder() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    d
+    plimsoll_testkit::bwrap::folder()
 }
 
-fn sandboxd() -> String {
-    plimsoll_testkit::fake_cluster::sandboxd_binaries()
-        .unwrap()
-        .join("plimsoll-sandboxd")
+/// sandboxd, copied into `dir` where the sandboxes' host user can reach it.
+fn sandboxd(dir: &Path) -> String {
+    plimsoll_testkit::bwrap::sandboxd_in(dir)
         .display()
         .to_string()
 }
@@ -62,7 +49,7 @@ fn plimsolld_serves_from_bwrap_states_its_wall_and_keeps_the_floors() {
         return;
     }
     let dir = folder();
-    let sd = sandboxd();
+    let sd = sandboxd(dir.path());
     let mut d = Plimsolld::spawn(
         BIN,
         dir.path(),
@@ -123,7 +110,7 @@ fn plimsolld_serves_from_bwrap_states_its_wall_and_keeps_the_floors() {
 /// and returns what it printed.
 fn refused(vars: &[(&str, &str)], prefix: &[&str], code: i32) -> String {
     let dir = folder();
-    let sd = sandboxd();
+    let sd = sandboxd(dir.path());
     let mut all = vec![
         ("SANDBOX_PROVIDER", "bwrap"),
         ("SANDBOX_BWRAP_SANDBOXD", sd.as_str()),

@@ -432,7 +432,7 @@ async fn the_memory_limit_is_enforced_or_startup_refuses_to_claim_it() {
         }
         Ok(_) => {
             let mut c = read.unwrap();
-            c.sandboxd = Some(sandboxd());
+            c.sandboxd = Some(sandboxd(state.parent().unwrap()));
             let p = started(c).await;
             assert_eq!(
                 <plimsoll_bwrap::BwrapConfig as plimsoll_provider::ProviderSetup>::resources(

@@ -5,8 +5,6 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
-
 use plimsoll_client::{Client, ClientOptions};
 use plimsoll_core::Tier;
 use plimsoll_testkit::daemon::Setup;
@@ -16,11 +14,16 @@ use plimsoll_testkit::sessions as suite;
 async fn the_conformance_suite_passes_on_bwrap() {
     let Some(_) = support::bwrap() else { return };
     let setup = Setup::tester();
-    std::fs::set_permissions(setup.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let sandboxd = support::sandboxd().display().to_string();
+    // State and sandboxd where the sandboxes' host user can reach them.
+    let (_folder, state) = support::state_dir();
+    let sandboxd = support::sandboxd(state.parent().unwrap())
+        .display()
+        .to_string();
+    let state = state.display().to_string();
     let daemon = setup
         .start(&[
             ("SANDBOX_PROVIDER", "bwrap"),
+            ("PLIMSOLL_STATE_DIR", &state),
             ("SANDBOX_BWRAP_SANDBOXD", &sandboxd),
             ("SANDBOX_MAX_SESSIONS", "4"),
             ("SANDBOX_MAX_CONCURRENT", "4"),

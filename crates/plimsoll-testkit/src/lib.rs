@@ -13,6 +13,7 @@
 //! - [`tsa`]: a live OpenSSL RFC 3161 time-stamp authority on loopback.
 //! - [`python`]: the gate for tests driven by independent Python clients.
 
+pub mod bwrap;
 pub mod ca;
 pub mod daemon;
 pub mod docker;

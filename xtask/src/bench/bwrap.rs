@@ -2,8 +2,9 @@
 //! against the process provider and the Docker provider's warm pool, in one run; and its
 //! runs per second at concurrency 8.
 //!
-//! It builds `plimsolld` and `plimsoll-sandboxd` in release mode (the bwrap provider finds
-//! sandboxd beside plimsolld) and the sandbox image (`cargo xtask images`, cached), then
+//! It builds `plimsolld` and `plimsoll-sandboxd` in release mode, copies both into a folder
+//! under `/tmp` (the bwrap provider finds sandboxd beside plimsolld, and the sandboxes' user
+//! must reach it), builds the sandbox image (`cargo xtask images`, cached), then
 //! starts four plimsolld processes: the process provider, the bwrap provider with its warm
 //! pool (`SANDBOX_BWRAP_POOL`, default 2), the bwrap provider without a pool, and the Docker
 //! provider with its warm pool (`SANDBOX_DOCKER_POOL`, default 2). Each iteration runs, in
@@ -117,13 +118,22 @@ pub fn run(args: &[&str]) -> Result<()> {
     if o.build {
         crate::dist::build_release(&["plimsolld", "plimsoll-sandboxd-bin"])?;
     }
-    let bin = crate::dist::release_bin("plimsolld")?;
-    crate::dist::release_bin("plimsoll-sandboxd")?;
-
     // The sandboxes run as nobody when this runs as root: every directory above their run
-    // directories must let them through.
-    let tmp = tempfile::tempdir().context("creating a temporary directory")?;
+    // directories and above sandboxd must let them through, so both binaries are copied
+    // into a folder under /tmp (the bwrap provider finds sandboxd beside plimsolld).
+    let tmp = tempfile::Builder::new()
+        .prefix("plimsoll-bench-bwrap")
+        .tempdir_in("/tmp")
+        .context("creating a folder under /tmp")?;
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o711))?;
+    let bin_dir = tmp.path().join("bin");
+    std::fs::create_dir(&bin_dir)?;
+    std::fs::set_permissions(&bin_dir, std::fs::Permissions::from_mode(0o755))?;
+    for name in ["plimsolld", "plimsoll-sandboxd"] {
+        std::fs::copy(crate::dist::release_bin(name)?, bin_dir.join(name))
+            .with_context(|| format!("copying {name}"))?;
+    }
+    let bin = bin_dir.join("plimsolld");
     let callers = tmp.path().join("callers.json");
     let mut file = plimsoll_callers::CallersFile::default();
     let token = file.add("bench", &[])?;

@@ -3,7 +3,6 @@
 
 #![allow(dead_code)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,42 +13,34 @@ use plimsoll_provider::{Answer, Provider, Shared, Work};
 /// `bwrap` on PATH, or `None` after printing SKIPPED (a failure under `.ci/run`, which
 /// installs bubblewrap and sets PLIMSOLL_REQUIRE_BWRAP).
 pub fn bwrap() -> Option<PathBuf> {
-    match plimsoll_bwrap::host::on_path("bwrap") {
-        Some(p) => Some(p),
-        None if std::env::var_os("PLIMSOLL_REQUIRE_BWRAP").is_some() => {
-            panic!("PLIMSOLL_REQUIRE_BWRAP is set but bwrap is not on PATH (apt-get install bubblewrap)")
-        }
-        None => {
-            eprintln!("SKIPPED: bwrap is not on PATH (apt-get install bubblewrap)");
-            None
-        }
+    if !plimsoll_testkit::bwrap::installed() {
+        return None;
     }
+    plimsoll_bwrap::host::on_path("bwrap").or_else(|| Some(PathBuf::from("/usr/bin/bwrap")))
 }
 
-/// A state directory below a fresh temporary one that any user may search (the sandboxes
-/// run as nobody when the tests run as root).
+/// A folder the sandboxes' host user can reach, and the state directory in it.
 pub fn state_dir() -> (tempfile::TempDir, PathBuf) {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let d = plimsoll_testkit::bwrap::folder();
     let s = d.path().join("state");
     (d, s)
 }
 
-/// sandboxd, built for this profile.
-pub fn sandboxd() -> PathBuf {
-    plimsoll_testkit::fake_cluster::sandboxd_binaries()
-        .unwrap()
-        .join("plimsoll-sandboxd")
+/// sandboxd, copied where the sandboxes' host user can reach it.
+pub fn sandboxd(dir: &Path) -> PathBuf {
+    plimsoll_testkit::bwrap::sandboxd_in(dir)
 }
 
-/// The provider's configuration for tests: sandboxd from the target directory.
+/// The provider's configuration for tests: sandboxd copied beside the state directory.
 pub fn config(state: &Path) -> BwrapConfig {
     let shared = Shared {
         state_dir: state.to_owned(),
         ..Shared::default()
     };
     let mut c = BwrapConfig::new(&shared);
-    c.sandboxd = Some(sandboxd());
+    c.sandboxd = Some(sandboxd(
+        state.parent().expect("the state directory's folder"),
+    ));
     c
 }
 
