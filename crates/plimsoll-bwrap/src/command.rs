@@ -7,7 +7,8 @@
 //! `/etc/ld.so.cache` read-only; a fresh `/proc` of its own PID namespace and a minimal,
 //! read-only `/dev`; fresh tmpfs mounts at `/tmp`, `/dev/shm` and `/work` (sandboxd's runs),
 //! each of bounded size;
-//! its own run directory at `/run/plimsoll` (sandboxd's socket, the grant relay's socket);
+//! its own run directory read-only at `/run/plimsoll` (the token until sandboxd read it, the
+//! grant relay's socket and clients), with only `/run/plimsoll/s` writable (sandboxd's socket);
 //! sandboxd read-only at `/run/plimsoll-sandboxd`. The root itself is read-only. Nothing
 //! else of the host: no `/home`, `/root`, host `/tmp`, `/var`, or any daemon's socket.
 
@@ -15,7 +16,9 @@ use std::path::{Path, PathBuf};
 
 /// Where the run directory is seen inside.
 pub const CHANNEL_DIR: &str = "/run/plimsoll";
-/// sandboxd's socket, in the run directory.
+/// The one directory of the run directory the sandbox may write to: sandboxd's socket's.
+pub const SOCKET_DIR: &str = "s";
+/// sandboxd's socket, in [`SOCKET_DIR`].
 pub const SOCKET_NAME: &str = "s.sock";
 /// The token file, in the run directory until sandboxd has read it.
 pub const TOKEN_NAME: &str = "t";
@@ -180,9 +183,12 @@ pub fn args(spec: &Spec, system: &[SystemEntry]) -> Vec<String> {
             &spec.work_bytes.to_string(),
             "--tmpfs",
             WORK_DIR,
-            "--bind",
+            "--ro-bind",
             &path(&spec.run_dir),
             CHANNEL_DIR,
+            "--bind",
+            &path(&spec.run_dir.join(SOCKET_DIR)),
+            &format!("{CHANNEL_DIR}/{SOCKET_DIR}"),
             "--ro-bind",
             &path(&spec.sandboxd),
             SANDBOXD_PATH,
@@ -195,7 +201,7 @@ pub fn args(spec: &Spec, system: &[SystemEntry]) -> Vec<String> {
             "--",
             SANDBOXD_PATH,
             "--unix-socket",
-            &format!("{CHANNEL_DIR}/{SOCKET_NAME}"),
+            &format!("{CHANNEL_DIR}/{SOCKET_DIR}/{SOCKET_NAME}"),
             "--token-file",
             &format!("{CHANNEL_DIR}/{TOKEN_NAME}"),
             "--root-dir",
@@ -276,12 +282,19 @@ mod tests {
         assert_eq!(pair(&a, "--seccomp"), ["0"]);
         assert_eq!(pair(&a, "--remount-ro"), ["/dev", "/"]);
         assert_eq!(pair(&a, "--symlink"), ["usr/lib"]);
-        // Read-only: the system, sandboxd. Writable: the run directory only.
+        // Read-only: the system, the run directory, sandboxd. Writable: the socket's
+        // directory only.
         assert_eq!(
             pair(&a, "--ro-bind"),
-            ["/usr", "/lib64", "/opt/bin/plimsoll-sandboxd"]
+            [
+                "/usr",
+                "/lib64",
+                "/state/bwrap/i/r",
+                "/opt/bin/plimsoll-sandboxd"
+            ]
         );
-        assert_eq!(pair(&a, "--bind"), ["/state/bwrap/i/r"]);
+        assert_eq!(pair(&a, "--bind"), ["/state/bwrap/i/r/s"]);
+        assert_eq!(pair(&a, "--unix-socket"), ["/run/plimsoll/s/s.sock"]);
         for host in ["/home", "/root", "/var", "/tmp"] {
             assert!(
                 !pair(&a, "--bind")

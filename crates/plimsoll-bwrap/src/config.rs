@@ -3,10 +3,13 @@
 //!
 //! # Choices where the specification is silent
 //!
-//! - **Which user runs the sandboxes.** When plimsolld runs as root, bwrap is started as
-//!   `SANDBOX_BWRAP_USER` (default `65534:65534`, nobody), so the code's user namespace maps
-//!   to that host user and never to root; give it a user nothing else uses. When plimsolld
-//!   runs as another user, the sandboxes map to that user and the variable is refused.
+//! - **Which users run the sandboxes.** When plimsolld runs as root, each sandbox gets a
+//!   host user and group of its own from a range of 65,536 starting at `SANDBOX_BWRAP_USER`
+//!   (default `2000000000:2000000000`, far from the ranges distributions and systemd hand
+//!   out), so the code's user namespace maps to that user, never to root, and no two live
+//!   sandboxes (or any other program) share one: they cannot signal, trace or read each
+//!   other even on the host, and the process limit counts one sandbox. When plimsolld runs
+//!   as another user, every sandbox maps to that user and the variable is refused.
 //! - **Where sandboxd comes from.** `SANDBOX_BWRAP_SANDBOXD`, else `plimsoll-sandboxd` beside
 //!   plimsolld's own executable, else on `PATH`; it is bound read-only into each sandbox.
 //! - **Limits.** `SANDBOX_PIDS` (default 256) is the kernel's per-user process limit
@@ -43,7 +46,7 @@ pub const VARIABLES: &[Variable] = &[
     ),
     (
         "SANDBOX_BWRAP_USER",
-        "host UID:GID bwrap sandboxes run as when plimsolld is root (default 65534:65534)",
+        "first host UID:GID of the 65536 bwrap sandboxes run as, one each, when plimsolld is root (default 2000000000:2000000000)",
     ),
     (
         "SANDBOX_BWRAP_POOL",
@@ -61,8 +64,9 @@ pub const TMP_MB: u32 = 16;
 pub const DEFAULT_POOL: usize = 2;
 /// Largest warm pool accepted.
 pub const MAX_POOL: usize = 64;
-/// The host user sandboxes run as when plimsolld is root and `SANDBOX_BWRAP_USER` is unset.
-pub const DEFAULT_USER: (u32, u32) = (65534, 65534);
+/// The first host user and group of the sandboxes' range when plimsolld is root and
+/// `SANDBOX_BWRAP_USER` is unset.
+pub const DEFAULT_USER: (u32, u32) = (2_000_000_000, 2_000_000_000);
 
 /// Everything the bwrap provider needs.
 #[derive(Debug, Clone)]
@@ -71,7 +75,8 @@ pub struct BwrapConfig {
     pub bwrap: Option<PathBuf>,
     /// `SANDBOX_BWRAP_SANDBOXD`, or `None` for beside plimsolld, then `PATH`.
     pub sandboxd: Option<PathBuf>,
-    /// The host user and group bwrap runs as (`None`: plimsolld's own).
+    /// The first host user and group of the range sandboxes run as, one each (`None`:
+    /// plimsolld's own user, for every sandbox).
     pub run_as: Option<(u32, u32)>,
     /// Sandboxes kept started ahead of runs.
     pub pool: usize,
@@ -128,9 +133,21 @@ fn parse_user(v: &str) -> Result<(u32, u32), String> {
             .map_err(|_| format!("{v:?} is not UID:GID (numbers)"))
     };
     let (u, g) = (n(u)?, n(g)?);
-    if u == 0 || g == 0 {
+    if u == 0 {
         return Err(format!(
-            "{v:?} would run the code as root on the host; use a user nothing else uses"
+            "{v:?} would run the code as root on the host; use users nothing else uses"
+        ));
+    }
+    if g == 0 {
+        return Err(format!(
+            "{v:?} would run the code in root's group on the host; use groups nothing else uses"
+        ));
+    }
+    let last = u32::MAX - crate::sandbox::USER_RANGE;
+    if u > last || g > last {
+        return Err(format!(
+            "{v:?} leaves no room for the {} users and groups of the range (start at most {last})",
+            crate::sandbox::USER_RANGE
         ));
     }
     Ok((u, g))
@@ -367,6 +384,10 @@ mod tests {
             ),
             (vec![("SANDBOX_BWRAP_USER", "0:0")], "SANDBOX_BWRAP_USER"),
             (vec![("SANDBOX_BWRAP_USER", "1000:0")], "SANDBOX_BWRAP_USER"),
+            (
+                vec![("SANDBOX_BWRAP_USER", "4294967000:5000")],
+                "SANDBOX_BWRAP_USER",
+            ),
             (vec![("SANDBOX_BWRAP_USER", "nobody")], "SANDBOX_BWRAP_USER"),
             (vec![("SANDBOX_BWRAP_POOL", "65")], "SANDBOX_BWRAP_POOL"),
         ] {

@@ -43,9 +43,9 @@ pub fn smoke_project(absent: &[String]) -> pb::ProjectRun {
         ),
         // 8: writes outside the working directory and /tmp fail.
         "for d in / /usr /etc /proc/sys/kernel; do if ( : > \"$d/plimsoll-probe\" ) 2>/dev/null; then echo \"wrote $d\"; fi; done; echo checked".to_owned(),
-        // 9: the Landlock layer: a program copied to /tmp or the working directory does not
-        // run, and the channel directory takes no file.
-        "for d in /tmp .; do cp /bin/true \"$d/plimsoll-exec\" && \"$d/plimsoll-exec\" 2>/dev/null && echo \"ran $d\"; done; ( : > /run/plimsoll/plimsoll-probe ) 2>/dev/null && echo 'wrote /run/plimsoll'; echo checked".to_owned(),
+        // 9: the Landlock layer: a program copied to /tmp or the working directory (the
+        // copy must succeed) does not run, and the socket's directory takes no file.
+        "for d in /tmp .; do if cp /bin/true \"$d/plimsoll-exec\"; then \"$d/plimsoll-exec\" 2>/dev/null && echo \"ran $d\"; else echo \"no copy in $d\"; fi; done; ( : > /run/plimsoll/s/plimsoll-probe ) 2>/dev/null && echo 'wrote /run/plimsoll/s'; echo checked".to_owned(),
     ];
     pb::ProjectRun {
         files: vec![],

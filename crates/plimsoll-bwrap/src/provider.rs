@@ -29,6 +29,9 @@ use crate::config::{BwrapConfig, NAME, TMP_MB};
 use crate::sandbox::{Launch, LaunchError, Sandbox};
 use crate::{evidence, host, seccomp};
 
+/// The longest Unix socket path Linux accepts (`sun_path` is 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
 /// Time a run is given beyond its own deadline for sandboxd to answer; past it the sandbox
 /// is killed and the run fails (the code may have run).
 pub const DEADLINE_GRACE: Duration = Duration::from_secs(5);
@@ -204,6 +207,7 @@ impl Inner {
     }
 
     async fn start(self: &Arc<Self>) -> Result<(), ProviderStartError> {
+        seccomp::supported().map_err(start_error)?;
         let bwrap = host::find_bwrap(self.cfg.bwrap.as_deref()).map_err(start_error)?;
         let version = host::check_version(&bwrap).await.map_err(start_error)?;
         let sandboxd = host::find_sandboxd(self.cfg.sandboxd.as_deref()).map_err(start_error)?;
@@ -223,6 +227,19 @@ impl Inner {
                 .map_err(start_error)?;
             host::check_reachable(&sandboxd, uid, gid, "sandboxd").map_err(start_error)?;
         }
+        // <instance>/<16 hex>/s/s.sock must fit in a Unix socket address.
+        let longest = self
+            .dir
+            .join("0123456789abcdef")
+            .join(crate::command::SOCKET_DIR)
+            .join(crate::command::SOCKET_NAME);
+        if longest.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(start_error(format!(
+                "sandboxd's socket paths would be {} bytes ({}), more than a Unix socket address holds ({MAX_SOCKET_PATH}); choose a shorter PLIMSOLL_STATE_DIR",
+                longest.as_os_str().len(),
+                longest.display()
+            )));
+        }
         let limits = self.cfg.cgroup;
         let cgroup = if limits.controllers().is_empty() {
             None
@@ -239,7 +256,7 @@ impl Inner {
             launch: Launch {
                 bwrap: bwrap.clone(),
                 seccomp: filter,
-                run_as: self.cfg.run_as,
+                users: self.cfg.run_as.map(crate::sandbox::Users::new),
                 cgroup,
             },
             sandboxd,
@@ -258,7 +275,8 @@ impl Inner {
                     bwrap.display()
                 ))
             })?;
-        let host_view = evidence::check_host_view(&sb.host_status(), uid, gid);
+        let (sb_uid, sb_gid) = sb.ids();
+        let host_view = evidence::check_host_view(&sb.host_status(), sb_uid, sb_gid);
         let mut absent: Vec<String> = evidence::HOST_PATHS
             .iter()
             .map(|s| (*s).to_owned())
@@ -342,7 +360,10 @@ impl Inner {
             version = %version,
             environment = %proven.environment,
             languages = ?proven.languages,
-            host_user = %format!("{uid}:{gid}"),
+            host_user = %match self.cfg.run_as {
+                Some((u, g)) => format!("{u}:{g} and up, one per sandbox"),
+                None => format!("{uid}:{gid}"),
+            },
             pids = self.cfg.pids,
             disk_mb = self.cfg.disk_mb,
             memory_mb = limits.memory_mb,
@@ -462,10 +483,22 @@ async fn refill_loop(me: std::sync::Weak<Inner>) {
             let launched = inner.launch(&p, false).await;
             inner.launching.fetch_sub(1, Ordering::SeqCst);
             match launched {
-                Ok(s) if !inner.closed.load(Ordering::SeqCst) => inner.lock_pool().push_back(s),
                 Ok(s) => {
-                    s.end().await;
-                    return;
+                    // Checked under the pool's lock: shutdown sets `closed`, then drains
+                    // under the same lock, so a sandbox is either drained or never pooled.
+                    let refused = {
+                        let mut pool = inner.lock_pool();
+                        if inner.closed.load(Ordering::SeqCst) {
+                            Some(s)
+                        } else {
+                            pool.push_back(s);
+                            None
+                        }
+                    };
+                    if let Some(s) = refused {
+                        s.end().await;
+                        return;
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not start a sandbox for the warm pool");

@@ -1,11 +1,20 @@
-//! One sandbox, from launch to removal: its run directory (token, sandboxd's socket, the
-//! grant relay's socket), the `bwrap` process, the wait for sandboxd's socket, the channel
-//! to sandboxd, and the kill that ends it.
+//! One sandbox, from launch to removal: its run directory, its host user, the `bwrap`
+//! process, the wait for sandboxd's socket, the one channel to sandboxd, and the kill that
+//! ends it.
+//!
+//! The run directory `R` is plimsolld's: the sandbox sees it read-only at `/run/plimsoll`
+//! (the token file until sandboxd has read it, and for a granted run the broker relay's
+//! socket and clients, written by plimsolld where the code can plant nothing). Only `R/s`
+//! is writable inside, for sandboxd's socket; when plimsolld is root it takes `R/s` back
+//! (owner root, mode 0755) as soon as sandboxd listens. plimsolld connects once, before any
+//! code runs, and never dials that socket again ([`SandboxdClient::connect_unix_once`]).
 //!
 //! Ending a sandbox is exact: SIGKILL to the outer `bwrap` makes the kernel kill its init
 //! (`--die-with-parent`), and when a PID namespace's init dies the kernel kills every other
-//! process in it; no process of the run can outlive that, however it forked or detached.
+//! process in it; [`Sandbox::end`] returns only once that init is gone, so no process of
+//! the run outlives it, however it forked or detached.
 
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -18,12 +27,82 @@ use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::cgroup::SandboxCgroup;
-use crate::command::{self, Spec, SOCKET_NAME, TOKEN_NAME};
+use crate::command::{self, Spec, SOCKET_DIR, SOCKET_NAME, TOKEN_NAME};
 
 /// Time a new sandbox is given to start sandboxd and bind its socket.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time the end of a sandbox waits for its PID namespace's init to be gone.
+pub const END_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes kept of what bwrap and sandboxd write to standard error (the end is kept).
 const LOG_TAIL: usize = 4096;
+/// How many host users a range of sandbox users holds (`SANDBOX_BWRAP_USER` is its first).
+pub const USER_RANGE: u32 = 65_536;
+
+/// Host users for sandboxes: the sandbox in slot `n` runs as `base + n` (user and group),
+/// so no two live sandboxes share a host user.
+#[derive(Debug, Clone)]
+pub struct Users {
+    base: (u32, u32),
+    slots: Arc<Mutex<Slots>>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    next: u32,
+    taken: HashSet<u32>,
+}
+
+/// A slot held by a live sandbox; freed when dropped.
+#[derive(Debug)]
+struct Slot {
+    n: u32,
+    slots: Arc<Mutex<Slots>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .taken
+            .remove(&self.n);
+    }
+}
+
+impl Users {
+    /// The range starting at `base` (user, group).
+    pub fn new(base: (u32, u32)) -> Users {
+        Users {
+            base,
+            slots: Arc::default(),
+        }
+    }
+
+    /// The first user and group of the range.
+    pub fn base(&self) -> (u32, u32) {
+        self.base
+    }
+
+    /// The next free slot, in turn (a slot is reused only after the whole range went round).
+    fn take(&self) -> Option<((u32, u32), Slot)> {
+        let mut s = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        for _ in 0..USER_RANGE {
+            let n = s.next;
+            s.next = (s.next + 1) % USER_RANGE;
+            if s.taken.insert(n) {
+                let ids = (self.base.0 + n, self.base.1 + n);
+                return Some((
+                    ids,
+                    Slot {
+                        n,
+                        slots: self.slots.clone(),
+                    },
+                ));
+            }
+        }
+        None
+    }
+}
 
 /// What a launch needs besides the command line.
 #[derive(Debug, Clone)]
@@ -32,8 +111,8 @@ pub struct Launch {
     pub bwrap: PathBuf,
     /// The seccomp filter file (handed to bwrap as its standard input).
     pub seccomp: PathBuf,
-    /// The host user and group the sandbox runs as (`None`: plimsolld's own).
-    pub run_as: Option<(u32, u32)>,
+    /// The host users sandboxes run as (`None`: plimsolld's own user).
+    pub users: Option<Users>,
     /// The delegated cgroup and the limits each sandbox gets there (`None`: no memory or
     /// CPU limit).
     pub cgroup: Option<(crate::cgroup::Delegated, crate::cgroup::Limits)>,
@@ -44,10 +123,16 @@ pub struct Sandbox {
     child: Child,
     /// The outer bwrap's host pid.
     pid: u32,
+    /// The PID namespace's init (bwrap's): host pid and start time.
+    init: Option<(u32, u64)>,
     dir: PathBuf,
     client: SandboxdClient,
     log: Arc<Mutex<Vec<u8>>>,
     cgroup: Option<SandboxCgroup>,
+    /// The host user and group it runs as.
+    ids: (u32, u32),
+    _slot: Option<Slot>,
+    ended: bool,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -55,6 +140,7 @@ impl std::fmt::Debug for Sandbox {
         f.debug_struct("Sandbox")
             .field("pid", &self.pid)
             .field("dir", &self.dir)
+            .field("ids", &self.ids)
             .finish()
     }
 }
@@ -70,6 +156,11 @@ pub enum LaunchError {
         /// Why.
         source: std::io::Error,
     },
+    /// Every host user of the range is taken by a live sandbox.
+    #[error(
+        "all {USER_RANGE} host users of SANDBOX_BWRAP_USER's range are taken by live sandboxes"
+    )]
+    NoUser,
     /// bwrap could not be started.
     #[error("cannot start {bwrap}: {source}")]
     Spawn {
@@ -112,20 +203,63 @@ fn random_hex() -> String {
     hex::encode(rand::random::<[u8; 8]>())
 }
 
+/// A launch that has not succeeded yet: what it made, undone on drop (an error, or the
+/// launch cancelled), unless [`Partial::keep`] hands it over.
+struct Partial {
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Partial {
+    fn keep(mut self) -> (PathBuf, Child) {
+        let child = self.child.take().expect("a spawned child");
+        (std::mem::take(&mut self.dir), child)
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.start_kill();
+        }
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 impl Sandbox {
     /// Launches a sandbox in a new run directory below `parent` and waits until its
-    /// sandboxd listens. On failure nothing is left: the process is killed, the directory
-    /// removed.
+    /// sandboxd listens. On failure (or when the launch is dropped) nothing is left: the
+    /// process is killed, the directory removed.
     pub async fn launch(l: &Launch, parent: &Path, spec: Spec) -> Result<Sandbox, LaunchError> {
+        let (ids, slot) = match &l.users {
+            None => (
+                (
+                    nix::unistd::geteuid().as_raw(),
+                    nix::unistd::getegid().as_raw(),
+                ),
+                None,
+            ),
+            Some(u) => {
+                let (ids, slot) = u.take().ok_or(LaunchError::NoUser)?;
+                (ids, Some(slot))
+            }
+        };
         let dir = parent.join(random_hex());
         let token = Token::new(random_hex()).map_err(|e| LaunchError::Dir {
             dir: dir.clone(),
             source: std::io::Error::other(e.to_string()),
         })?;
-        if let Err(source) = prepare_dir(&dir, &token, l.run_as) {
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(LaunchError::Dir { dir, source });
-        }
+        let mut partial = Partial {
+            dir: dir.clone(),
+            child: None,
+        };
+        let run_as = l.users.as_ref().map(|_| ids);
+        prepare_dir(&dir, &token, run_as).map_err(|source| LaunchError::Dir {
+            dir: dir.clone(),
+            source,
+        })?;
         let spec = Spec {
             run_dir: dir.clone(),
             ..spec
@@ -137,34 +271,22 @@ impl Sandbox {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        if let Some((uid, gid)) = l.run_as {
+        if let Some((uid, gid)) = run_as {
             cmd.uid(uid).gid(gid);
         }
         let seccomp = std::fs::File::open(&l.seccomp).map_err(|source| LaunchError::Dir {
             dir: l.seccomp.clone(),
             source,
-        });
-        let seccomp = match seccomp {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
+        })?;
         cmd.stdin(Stdio::from(seccomp));
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
-            Err(source) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(LaunchError::Spawn {
-                    bwrap: l.bwrap.clone(),
-                    source,
-                });
-            }
-        };
+        let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+            bwrap: l.bwrap.clone(),
+            source,
+        })?;
         let pid = child.id().unwrap_or(0);
+        partial.child = Some(child);
         let log = Arc::new(Mutex::new(Vec::new()));
-        if let Some(mut err) = child.stderr.take() {
+        if let Some(mut err) = partial.child.as_mut().and_then(|c| c.stderr.take()) {
             let log = log.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 2048];
@@ -181,14 +303,13 @@ impl Sandbox {
                 }
             });
         }
-        let ready = wait_ready(&mut child, &dir, &token, &log).await;
-        let client = match ready {
-            Ok(client) => client,
-            Err(e) => {
-                end(&mut child, &dir, None).await;
-                return Err(e);
-            }
-        };
+        let child = partial.child.as_mut().expect("spawned");
+        let client = wait_ready(child, &dir, &token, run_as.is_some(), &log).await?;
+        let tree = descendants(pid);
+        let init = tree
+            .iter()
+            .find(|(_, parent)| *parent == pid)
+            .and_then(|(p, _)| start_time(*p).map(|t| (*p, t)));
         // Under the limits before any call is sent: nothing of a run starts outside them.
         let cgroup = match &l.cgroup {
             None => None,
@@ -197,30 +318,39 @@ impl Sandbox {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                match delegated.sandbox(&id, limits) {
-                    Ok(cg) => {
-                        let moved = cg.adopt(&descendants(pid));
-                        let cg = Some(cg);
-                        if let Err(e) = moved {
-                            end(&mut child, &dir, cg).await;
-                            return Err(LaunchError::Cgroup(e));
-                        }
-                        cg
-                    }
-                    Err(e) => {
-                        end(&mut child, &dir, None).await;
-                        return Err(LaunchError::Cgroup(e));
-                    }
+                let cg = delegated
+                    .sandbox(&id, limits)
+                    .map_err(LaunchError::Cgroup)?;
+                let pids: Vec<u32> = std::iter::once(pid)
+                    .chain(tree.iter().map(|(p, _)| *p))
+                    .collect();
+                if pid == 0 || init.is_none() {
+                    cg.remove();
+                    return Err(LaunchError::Cgroup(
+                        "the sandbox's processes could not be found".into(),
+                    ));
                 }
+                if let Err(e) = cg.adopt(&pids) {
+                    // Killed first: the cgroup can only go once it is empty.
+                    drop(partial);
+                    tokio::task::spawn_blocking(move || cg.remove());
+                    return Err(LaunchError::Cgroup(e));
+                }
+                Some(cg)
             }
         };
+        let (dir, child) = partial.keep();
         Ok(Sandbox {
             child,
             pid,
+            init,
             dir,
             client,
             log,
             cgroup,
+            ids,
+            _slot: slot,
+            ended: false,
         })
     }
 
@@ -229,7 +359,7 @@ impl Sandbox {
         &self.client
     }
 
-    /// The host run directory (seen inside at [`command::CHANNEL_DIR`]).
+    /// The host run directory (seen inside, read-only, at [`command::CHANNEL_DIR`]).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -237,6 +367,11 @@ impl Sandbox {
     /// The outer bwrap's host pid.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The host user and group the sandbox runs as.
+    pub fn ids(&self) -> (u32, u32) {
+        self.ids
     }
 
     /// Whether the sandbox is still running.
@@ -251,17 +386,47 @@ impl Sandbox {
 
     /// `/proc/<pid>/status` of every process of the sandbox, as the host sees them.
     pub fn host_status(&self) -> Vec<String> {
-        descendants(self.pid)
-            .into_iter()
+        std::iter::once(self.pid)
+            .chain(descendants(self.pid).into_iter().map(|(p, _)| p))
             .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
             .collect()
     }
 
-    /// Kills every process of the sandbox and removes its run directory (and its cgroup,
-    /// once empty, in the background).
+    /// Kills every process of the sandbox, returns once its PID namespace's init is gone
+    /// (so every process of it is), and removes its run directory and its cgroup.
     pub async fn end(mut self) {
-        let cg = self.cgroup.take();
-        end(&mut self.child, &self.dir, cg).await;
+        self.ended = true;
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        if let Some((pid, started)) = self.init {
+            let deadline = Instant::now() + END_TIMEOUT;
+            while alive_since(pid, started) {
+                if Instant::now() > deadline {
+                    tracing::error!(pid, "a sandbox's PID namespace did not end in time");
+                    break;
+                }
+                tokio::time::sleep(Duration::from_micros(500)).await;
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(cg) = self.cgroup.take() {
+            tokio::task::spawn_blocking(move || cg.remove());
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    /// A sandbox dropped without [`Sandbox::end`] (a cancelled run, the pool at exit): killed
+    /// now, its directory removed, its cgroup removed once empty.
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(cg) = self.cgroup.take() {
+            std::thread::spawn(move || cg.remove());
+        }
     }
 }
 
@@ -269,57 +434,77 @@ fn log_text(log: &Mutex<Vec<u8>>) -> String {
     String::from_utf8_lossy(&log.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
 }
 
-/// Every descendant of `pid` (itself included), from `/proc/<pid>/task/*/children`.
-pub fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = vec![pid];
-    let mut i = 0;
-    while i < out.len() && out.len() < 100_000 {
-        let p = out[i];
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) {
-            for t in tasks.flatten() {
-                if let Ok(c) = std::fs::read_to_string(t.path().join("children")) {
-                    out.extend(c.split_whitespace().filter_map(|n| n.parse::<u32>().ok()));
-                }
+/// Fields 4 (parent pid) and 22 (start time) of `/proc/<pid>/stat`, after the command
+/// name (which may hold spaces and parentheses).
+fn stat_fields(pid: u32) -> Option<(u32, u64, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let state = f.first()?.chars().next()?;
+    Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?, state))
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    stat_fields(pid).map(|(_, t, _)| t)
+}
+
+/// Whether `pid` is still the process that started at `started` and has not exited.
+fn alive_since(pid: u32, started: u64) -> bool {
+    matches!(stat_fields(pid), Some((_, t, state)) if t == started && state != 'Z' && state != 'X')
+}
+
+/// Every descendant of `pid` with its parent, from the parent pids in `/proc/*/stat`.
+pub fn descendants(pid: u32) -> Vec<(u32, u32)> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if let Some((parent, _, _)) = stat_fields(p) {
+                children.entry(parent).or_default().push(p);
             }
         }
-        i += 1;
+    }
+    let mut out = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(p) = queue.pop() {
+        for c in children.get(&p).into_iter().flatten() {
+            out.push((*c, p));
+            queue.push(*c);
+        }
     }
     out
 }
 
-async fn end(child: &mut Child, dir: &Path, cgroup: Option<SandboxCgroup>) {
-    let _ = child.start_kill();
-    let _ = child.wait().await;
-    let _ = std::fs::remove_dir_all(dir);
-    if let Some(cg) = cgroup {
-        // The namespace's last processes die a moment after bwrap: wait for them off the
-        // async threads.
-        tokio::task::spawn_blocking(move || cg.remove());
-    }
-}
-
-/// The run directory: private to the sandbox's host user, with the token file in it.
+/// The run directory `R` (plimsolld's, mode 0711; read-only inside) with the token file
+/// (the sandbox user's, 0400) and `R/s` (the sandbox user's, 0700) for sandboxd's socket.
 fn prepare_dir(dir: &Path, token: &Token, run_as: Option<(u32, u32)>) -> std::io::Result<()> {
-    std::fs::DirBuilder::new().mode(0o700).create(dir)?;
+    std::fs::DirBuilder::new().mode(0o711).create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
     let tf = dir.join(TOKEN_NAME);
     std::fs::write(&tf, format!("{}\n", token.expose()))?;
-    std::fs::set_permissions(&tf, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::set_permissions(&tf, std::fs::Permissions::from_mode(0o400))?;
+    let sock_dir = dir.join(SOCKET_DIR);
+    std::fs::DirBuilder::new().mode(0o700).create(&sock_dir)?;
     if let Some((uid, gid)) = run_as {
-        std::os::unix::fs::chown(dir, Some(uid), Some(gid))?;
         std::os::unix::fs::chown(&tf, Some(uid), Some(gid))?;
+        std::os::unix::fs::chown(&sock_dir, Some(uid), Some(gid))?;
     }
     Ok(())
 }
 
 /// Waits for sandboxd's socket, deletes the token file (sandboxd read it before it bound
-/// the socket), and connects.
+/// the socket), takes the socket's directory back when plimsolld is root, and connects once.
 async fn wait_ready(
     child: &mut Child,
     dir: &Path,
     token: &Token,
+    take_back: bool,
     log: &Mutex<Vec<u8>>,
 ) -> Result<SandboxdClient, LaunchError> {
-    let sock = dir.join(SOCKET_NAME);
+    let sock_dir = dir.join(SOCKET_DIR);
+    let sock = sock_dir.join(SOCKET_NAME);
     let start = Instant::now();
     let mut pause = Duration::from_micros(200);
     loop {
@@ -341,9 +526,20 @@ async fn wait_ready(
         pause = (pause * 2).min(Duration::from_millis(5));
     }
     let _ = std::fs::remove_file(dir.join(TOKEN_NAME));
+    if take_back {
+        let taken = std::os::unix::fs::chown(&sock_dir, Some(0), Some(0)).and_then(|()| {
+            std::fs::set_permissions(&sock_dir, std::fs::Permissions::from_mode(0o755))
+        });
+        if let Err(e) = taken {
+            return Err(LaunchError::Dir {
+                dir: sock_dir,
+                source: e,
+            });
+        }
+    }
     let mut tries = 0;
     loop {
-        match SandboxdClient::connect_unix(&sock, token).await {
+        match SandboxdClient::connect_unix_once(&sock, token).await {
             Ok(c) => return Ok(c),
             // The socket exists a moment before it accepts.
             Err(_) if tries < 100 => {
@@ -351,6 +547,46 @@ async fn wait_ready(
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             Err(e) => return Err(LaunchError::Connect(e.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_go_round_the_range_and_never_share_a_live_slot() {
+        let u = Users::new((2_000_000_000, 2_000_000_000));
+        let (a, sa) = u.take().unwrap();
+        let (b, _sb) = u.take().unwrap();
+        assert_eq!(a, (2_000_000_000, 2_000_000_000));
+        assert_eq!(b, (2_000_000_001, 2_000_000_001));
+        drop(sa);
+        // The freed slot is not reused at once: the next one in turn comes first.
+        assert_eq!(u.take().unwrap().0, (2_000_000_002, 2_000_000_002));
+    }
+
+    #[test]
+    fn a_process_and_its_descendants_are_found_by_parent_pid() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & sleep 5; wait"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let tree = descendants(child.id());
+        assert_eq!(tree.len(), 2, "{tree:?}");
+        assert!(tree.iter().all(|(_, parent)| *parent == child.id()));
+        let t = start_time(child.id()).unwrap();
+        assert!(alive_since(child.id(), t));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!alive_since(child.id(), t));
+        for (p, _) in tree {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
 }

@@ -176,8 +176,15 @@ call('keyctl', 219 if arm else 250, 0, -3, 0)
 call('io_uring_setup', 425, 1, ctypes.create_string_buffer(120))
 call('clone3', 435, None, 0)
 call('unshare', 97 if arm else 272, 0x10000000)
-call('userfaultfd', 282 if arm else 323, 0)
+call('userfaultfd', 282 if arm else 323, 1)
 call('getpid', 172 if arm else 39)
+call('socket_vsock', 198 if arm else 41, 40, 1, 0)
+call('socket_alg', 198 if arm else 41, 38, 5, 0)
+call('socket_unix', 198 if arm else 41, 1, 1, 0)
+r = libc.syscall(220 if arm else 56, 0x10000000 | 17, 0, 0, 0, 0)
+if r == 0:
+    os._exit(0)
+print('clone_newuser', r, ctypes.get_errno() if r == -1 else 0)
 "#;
     let r = as_project(
         p.run(
@@ -207,8 +214,19 @@ call('getpid', 172 if arm else 39)
         })
         .collect();
     let err = String::from_utf8_lossy(&r.steps[0].stderr);
-    assert_eq!(got.len(), 6, "{out} {err}");
-    for denied in ["keyctl", "io_uring_setup", "unshare", "userfaultfd"] {
+    assert_eq!(got.len(), 10, "{out} {err}");
+    // clone with CLONE_NEWUSER: EPERM from the filter (bwrap's --disable-userns alone
+    // would answer ENOSPC), as are AF_VSOCK and AF_ALG sockets; AF_UNIX works.
+    assert!(got["socket_unix"].0 >= 0, "{out}");
+    for denied in [
+        "keyctl",
+        "io_uring_setup",
+        "unshare",
+        "userfaultfd",
+        "socket_vsock",
+        "socket_alg",
+        "clone_newuser",
+    ] {
         assert_eq!(got[denied], (-1, 1), "{denied} must fail with EPERM: {out}");
     }
     // clone3 falls back: ENOSYS, so the C library uses clone, whose flags the filter reads.
@@ -241,42 +259,44 @@ async fn the_code_is_not_root_on_the_host() {
         !seen.is_empty(),
         "the run's process was not found from the host"
     );
-    let (uid, gid) = plimsoll_bwrap::BwrapConfig::new(&Default::default())
-        .run_as
-        .unwrap_or((
-            nix::unistd::geteuid().as_raw(),
-            nix::unistd::getegid().as_raw(),
-        ));
+    // As root: a user and group of the range's own, each sandbox another (not plimsolld's,
+    // never root). Otherwise: plimsolld's own user.
+    let range = plimsoll_bwrap::BwrapConfig::new(&Default::default()).run_as;
     for pid in seen {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         if status.is_empty() {
             continue;
         }
-        let uids = status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .unwrap()
-            .to_owned();
+        let ids = |name: &str| -> Vec<u32> {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap()
+                .split_whitespace()
+                .map(|v| v.parse().unwrap())
+                .collect()
+        };
+        let (uids, gids) = (ids("Uid:"), ids("Gid:"));
         assert!(
-            uids.split_whitespace()
-                .skip(1)
-                .all(|u| u == uid.to_string()),
-            "{uids}"
+            uids.iter().all(|u| *u == uids[0]) && gids.iter().all(|g| *g == gids[0]),
+            "{uids:?} {gids:?}"
         );
+        match range {
+            Some((u0, g0)) => {
+                assert!(
+                    (u0..u0 + 65_536).contains(&uids[0]),
+                    "uid {uids:?} outside the range from {u0}"
+                );
+                assert!(
+                    (g0..g0 + 65_536).contains(&gids[0]),
+                    "gid {gids:?} outside the range from {g0}"
+                );
+            }
+            None => assert_eq!(uids[0], nix::unistd::geteuid().as_raw()),
+        }
         assert!(
-            uid != 0 || !plimsoll_bwrap::is_root(),
+            uids[0] != 0 && gids[0] != 0 || !plimsoll_bwrap::is_root(),
             "the code runs as host root"
-        );
-        let gids = status
-            .lines()
-            .find(|l| l.starts_with("Gid:"))
-            .unwrap()
-            .to_owned();
-        assert!(
-            gids.split_whitespace()
-                .skip(1)
-                .all(|g| g == gid.to_string()),
-            "{gids}"
         );
     }
     run.await.unwrap().unwrap();
@@ -388,6 +408,11 @@ async fn two_concurrent_runs_cannot_see_each_others_processes_files_or_environme
         .await
         .unwrap(),
     );
+    // Run A was still running while B looked (B's answer came before A's sleep ended).
+    assert!(
+        !host_pids_with(&secret).is_empty(),
+        "run A ended before run B finished: the runs did not overlap"
+    );
     assert_eq!(stdout(&b, 0), "0", "run B sees run A's processes");
     assert_eq!(stdout(&b, 1), "0", "run B sees run A's environment");
     assert_eq!(stdout(&b, 2), "0", "run B sees run A's files");
@@ -433,36 +458,33 @@ async fn the_memory_limit_is_enforced_or_startup_refuses_to_claim_it() {
         Ok(_) => {
             let mut c = read.unwrap();
             c.sandboxd = Some(sandboxd(state.parent().unwrap()));
-            let p = started(c).await;
-            assert_eq!(
+            let stated =
                 <plimsoll_bwrap::BwrapConfig as plimsoll_provider::ProviderSetup>::resources(
-                    &{
-                        let mut c = config(&state);
-                        c.cgroup = limits;
-                        c
-                    },
-                    Default::default()
-                )
-                .memory_mb,
-                96
-            );
+                    &c,
+                    Default::default(),
+                );
+            assert_eq!(stated.memory_mb, 96);
+            let p = started(c).await;
+            // The small one first (a project stops at its first failing step).
             let big = "b = bytearray(400 * 1024 * 1024)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\nprint('allocated')";
             let r = as_project(
                 p.run(
                     project(&[
-                        &format!("python3 -c '{big}'"),
                         "python3 -c 'b = bytearray(8 << 20); print(len(b))'",
+                        &format!("python3 -c '{big}'"),
                     ]),
                     T,
                 )
                 .await
                 .unwrap(),
             );
+            assert_eq!(stdout(&r, 0), (8u32 << 20).to_string(), "{r:?}");
+            assert_eq!(r.steps.len(), 2, "{r:?}");
             assert!(
-                !stdout(&r, 0).contains("allocated"),
+                !stdout(&r, 1).contains("allocated"),
                 "400 MiB under a 96 MiB limit: {r:?}"
             );
-            assert_ne!(r.steps[0].exit_code, 0);
+            assert_ne!(r.steps[1].exit_code, 0);
             p.shutdown().await;
         }
     }

@@ -21,7 +21,7 @@ const grant = require(process.env.PLIMSOLL_GRANT_JS);
   const no = await grant.get('/v1/secrets');
   console.log('RESULT ' + JSON.stringify({ ok, no }));
   console.log('ENV ' + JSON.stringify(process.env));
-  await new Promise((r) => setTimeout(r, 1500));
+  await new Promise((r) => setTimeout(r, 4000));
 })().catch((e) => { console.error('FAILED ' + e.stack); process.exit(3); });
 "#;
 
@@ -60,11 +60,17 @@ async fn a_sandbox_calls_a_granted_route_through_its_socket_and_no_other_run_can
     tokio::time::sleep(Duration::from_millis(700)).await;
     let other = as_project(
         p.run(
-            project(&["find / -type s 2>/dev/null; ls /run/plimsoll; echo done"]),
+            project(&[
+                "find /run /tmp /work /dev -type s 2>/dev/null; ls /run/plimsoll; echo done",
+            ]),
             T,
         )
         .await
         .unwrap(),
+    );
+    assert!(
+        !granted.is_finished(),
+        "the granted run ended before the other one looked: the runs did not overlap"
     );
     let seen = stdout(&other, 0);
     assert!(

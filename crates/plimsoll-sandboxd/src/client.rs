@@ -187,6 +187,9 @@ struct Dialer {
     target: Arc<Target>,
     first: Arc<Mutex<Option<BoxIo>>>,
     dials: Arc<AtomicU64>,
+    /// Whether a lost connection may be dialed again (never for a socket in a directory the
+    /// sandbox's code could write to).
+    redial: bool,
 }
 
 impl tower::Service<Uri> for Dialer {
@@ -205,9 +208,17 @@ impl tower::Service<Uri> for Dialer {
         let first = self.first.lock().unwrap_or_else(|p| p.into_inner()).take();
         let target = self.target.clone();
         let dials = self.dials.clone();
+        let redial = self.redial;
         Box::pin(async move {
             let io = match first {
                 Some(io) => io,
+                None if !redial => {
+                    return Err(ConnectFailure::Channel {
+                        target: target.describe(),
+                        reason: "the connection was lost, and this channel never dials again"
+                            .into(),
+                    })
+                }
                 None => {
                     let io = target.dial().await?;
                     dials.fetch_add(1, Ordering::Relaxed);
@@ -351,7 +362,25 @@ impl SandboxdClient {
         Self::open(Target::Unix(path.to_owned()), Some(token)).await
     }
 
+    /// [`connect_unix`](Self::connect_unix) for one connection only: once it is lost the
+    /// channel fails instead of dialing the path again (the bwrap provider's sandboxes,
+    /// where the code could put another socket at that path once it runs).
+    pub async fn connect_unix_once(
+        path: &Path,
+        token: &Token,
+    ) -> Result<SandboxdClient, CallError> {
+        Self::open_with(Target::Unix(path.to_owned()), Some(token), false).await
+    }
+
     async fn open(target: Target, token: Option<&Token>) -> Result<SandboxdClient, CallError> {
+        Self::open_with(target, token, true).await
+    }
+
+    async fn open_with(
+        target: Target,
+        token: Option<&Token>,
+        redial: bool,
+    ) -> Result<SandboxdClient, CallError> {
         let header = match token {
             None => None,
             Some(token) => {
@@ -373,6 +402,7 @@ impl SandboxdClient {
             target: Arc::new(target),
             first: Arc::new(Mutex::new(Some(io))),
             dials: dials.clone(),
+            redial,
         };
         let channel = Endpoint::from_static("http://sandboxd.plimsoll.invalid")
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)

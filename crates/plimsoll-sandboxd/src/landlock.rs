@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `/` | listing directories |
 //! | `/usr`, `/etc`, `/bin`, `/sbin`, `/lib*`, sandboxd's own executable | reading and executing |
-//! | `/proc` | reading |
+//! | `/proc`, `/run` | reading |
 //! | the runs' root directory, `/tmp`, `/dev` | reading and writing, never executing |
 //! | the directory of sandboxd's socket | reading, and creating a socket |
 //!
@@ -62,7 +62,7 @@ pub fn restrict(root_dir: &Path, socket_dir: Option<&Path>) -> Result<Status, St
         .map_err(e)?
         .add_rules(path_beneath_rules(system, read_exec))
         .map_err(e)?
-        .add_rules(path_beneath_rules(["/proc"], read))
+        .add_rules(path_beneath_rules(["/proc", "/run"], read))
         .map_err(e)?
         .add_rules(path_beneath_rules(
             [root_dir, Path::new("/tmp"), Path::new("/dev")],
