@@ -4,6 +4,8 @@
 //! refuses to start.
 
 use plimsoll_core::pb;
+pub use plimsoll_provider::smoke::interfaces;
+use plimsoll_provider::smoke::step_stdout as out;
 
 /// Host paths that must not exist inside a sandbox (checked besides the state directory
 /// and plimsolld's working directory, which the provider adds).
@@ -72,23 +74,6 @@ pub struct SmokeFacts {
     pub landlock: bool,
 }
 
-fn out(p: &pb::ProjectResult, i: usize) -> String {
-    p.steps
-        .get(i)
-        .map(|s| String::from_utf8_lossy(&s.stdout).trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// Network interfaces listed in `/proc/net/dev` (the lines after the two headers).
-pub fn interfaces(proc_net_dev: &str) -> Vec<String> {
-    proc_net_dev
-        .lines()
-        .skip(2)
-        .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_owned()))
-        .filter(|n| !n.is_empty())
-        .collect()
-}
-
 /// Checks what the host sees of a sandbox's processes: `status` is each one's
 /// `/proc/<pid>/status` read from outside, where every user and group id (real, effective,
 /// saved, filesystem) must be the host user the sandbox is meant to run as, never root.
@@ -122,23 +107,7 @@ pub fn check_host_view(status: &[String], uid: u32, gid: u32) -> Result<(), Stri
 /// each one that does not hold.
 pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
     const STEPS: usize = 10;
-    if p.steps.len() < STEPS {
-        return Err(format!(
-            "the smoke run stopped after {} of {STEPS} steps ({}): {}",
-            p.steps.len(),
-            p.outcome_detail,
-            p.steps
-                .last()
-                .map(|s| String::from_utf8_lossy(&s.stderr).into_owned())
-                .unwrap_or_default()
-        ));
-    }
-    let mut languages = Vec::new();
-    for (i, lang) in ["javascript", "python", "shell"].iter().enumerate() {
-        if out(p, i) == "plimsoll-smoke-42" {
-            languages.push((*lang).to_owned());
-        }
-    }
+    let languages = plimsoll_provider::smoke::languages(p, STEPS)?;
     let mut wrong = Vec::new();
     if !languages.iter().any(|l| l == "shell") {
         wrong.push("`sh` did not run".to_owned());

@@ -3,6 +3,8 @@
 //! container, and whether the kernel inside is gVisor's.
 
 use plimsoll_core::pb;
+pub use plimsoll_provider::smoke::interfaces;
+use plimsoll_provider::smoke::step_stdout as out;
 use plimsoll_runner::RunEnv;
 
 /// Names in the image's `ENV` that the runner would refuse as a run's extra variable
@@ -56,43 +58,10 @@ pub struct SmokeFacts {
     pub dmesg: String,
 }
 
-fn out(p: &pb::ProjectResult, i: usize) -> String {
-    p.steps
-        .get(i)
-        .map(|s| String::from_utf8_lossy(&s.stdout).trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// Network interfaces listed in `/proc/net/dev` (the lines after the two headers).
-pub fn interfaces(proc_net_dev: &str) -> Vec<String> {
-    proc_net_dev
-        .lines()
-        .skip(2)
-        .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_owned()))
-        .filter(|n| !n.is_empty())
-        .collect()
-}
-
 /// Checks the smoke run's report: every hardening fact must hold, else the message names
 /// each one that does not.
 pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
-    if p.steps.len() < 9 {
-        return Err(format!(
-            "the smoke run stopped after {} of 9 steps ({}): {}",
-            p.steps.len(),
-            p.outcome_detail,
-            p.steps
-                .last()
-                .map(|s| String::from_utf8_lossy(&s.stderr).into_owned())
-                .unwrap_or_default()
-        ));
-    }
-    let mut languages = Vec::new();
-    for (i, lang) in ["javascript", "python", "shell"].iter().enumerate() {
-        if out(p, i) == "plimsoll-smoke-42" {
-            languages.push((*lang).to_owned());
-        }
-    }
+    let languages = plimsoll_provider::smoke::languages(p, 9)?;
     let mut wrong = Vec::new();
     if !languages.iter().any(|l| l == "shell") {
         wrong.push("`sh` did not run".to_owned());

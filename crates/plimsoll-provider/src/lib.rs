@@ -6,6 +6,8 @@
 //! A provider must never claim a tier it did not prove, and must return
 //! [`ProviderError::Refused`] only when it is certain nothing ran.
 
+pub mod smoke;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

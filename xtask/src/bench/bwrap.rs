@@ -20,7 +20,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use plimsoll_core::pb::sandbox_service_client::SandboxServiceClient;
@@ -282,26 +282,16 @@ async fn runs_per_s(
         "bench: {name}: concurrency {} for {} s",
         o.concurrency, o.seconds
     );
-    let end = Instant::now() + Duration::from_secs_f64(o.seconds);
-    let t0 = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..o.concurrency {
-        let mut c = connect(d).await?;
-        let (token, req) = (token.to_owned(), req.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while Instant::now() < end {
-                through(&mut c, &token, &req).await?;
-                n += 1;
-            }
-            anyhow::Ok(n)
-        }));
-    }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await??;
-    }
-    Ok(total as f64 / t0.elapsed().as_secs_f64())
+    let client = connect(d).await?;
+    let (runs, secs) = super::process::runs_for(
+        &client,
+        token,
+        req,
+        o.concurrency,
+        Duration::from_secs_f64(o.seconds),
+    )
+    .await?;
+    Ok(runs as f64 / secs)
 }
 
 fn print(o: &Options, rows: &[Row], t: &Throughput) {

@@ -447,6 +447,39 @@ pub(crate) async fn direct(p: &Pair, dir: &Path) -> anyhow::Result<Duration> {
     Ok(elapsed)
 }
 
+/// `concurrency` callers sending `req` back to back, each on a clone of `client`, for
+/// `span`: the runs answered and the seconds that took.
+pub(crate) async fn runs_for(
+    client: &SandboxServiceClient<Channel>,
+    token: &str,
+    req: &pb::RunRequest,
+    concurrency: usize,
+    span: Duration,
+) -> anyhow::Result<(u64, f64)> {
+    let req = Arc::new(req.clone());
+    let t0 = Instant::now();
+    let end = t0 + span;
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let mut c = client.clone();
+        let token = token.to_owned();
+        let req = req.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < end {
+                through(&mut c, &token, &req).await?;
+                n += 1;
+            }
+            anyhow::Ok(n)
+        }));
+    }
+    let mut runs = 0;
+    for t in tasks {
+        runs += t.await??;
+    }
+    Ok((runs, t0.elapsed().as_secs_f64()))
+}
+
 /// One authenticated Run; the answer must pass the client check and exit 0.
 pub(crate) async fn through(
     client: &mut SandboxServiceClient<Channel>,
@@ -541,28 +574,7 @@ async fn measure(
         o.concurrency, o.seconds
     );
     let span = Duration::from_secs_f64(o.seconds);
-    let req = Arc::new(project_true());
-    let t0 = Instant::now();
-    let end = t0 + span;
-    let mut tasks = Vec::new();
-    for _ in 0..o.concurrency {
-        let mut c = client.clone();
-        let token = token.to_owned();
-        let req = req.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while Instant::now() < end {
-                through(&mut c, &token, &req).await?;
-                n += 1;
-            }
-            anyhow::Ok(n)
-        }));
-    }
-    let mut runs = 0;
-    for t in tasks {
-        runs += t.await??;
-    }
-    let elapsed_s = t0.elapsed().as_secs_f64();
+    let (runs, elapsed_s) = runs_for(&client, token, &project_true(), o.concurrency, span).await?;
 
     // The same load spawned directly, for scale.
     let d0 = Instant::now();

@@ -219,26 +219,15 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
             "bench: throughput at concurrency {} for {} s",
             o.concurrency, o.seconds
         );
-        let stop = Instant::now() + Duration::from_secs_f64(o.seconds);
-        let t0 = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..o.concurrency {
-            let mut c = qc.clone();
-            let (t, r) = (qtoken.clone(), req.clone());
-            tasks.push(tokio::spawn(async move {
-                let mut n = 0u64;
-                while Instant::now() < stop {
-                    through(&mut c, &t, &r).await?;
-                    n += 1;
-                }
-                anyhow::Ok(n)
-            }));
-        }
-        let mut runs = 0;
-        for t in tasks {
-            runs += t.await??;
-        }
-        let per_s = runs as f64 / t0.elapsed().as_secs_f64();
+        let (runs, secs) = super::process::runs_for(
+            &qc,
+            &qtoken,
+            &req,
+            o.concurrency,
+            Duration::from_secs_f64(o.seconds),
+        )
+        .await?;
+        let per_s = runs as f64 / secs;
         let peak = worker_peak_kib(&qjs, &mut qc, &qtoken).await?;
         anyhow::Ok((q, n, p, per_s, peak))
     });
