@@ -21,6 +21,21 @@ pub const HOST_PATHS: &[&str] = &[
     "/etc/passwd",
 ];
 
+/// Whether `p` (plimsolld's working directory, its state directory) names something of the
+/// host that must be absent inside: not a place the sandbox has of its own (`/`, `/tmp`,
+/// `/work`, `/dev`, `/proc`, `/run`, where it sees fresh mounts), and not under a system
+/// directory it sees read-only by design (`/usr`, `/etc`, `/bin`, `/sbin`, `/lib*`).
+pub fn host_specific(p: &std::path::Path) -> bool {
+    use std::path::Path;
+    let own = ["/", "/tmp", "/work", "/dev", "/proc", "/run"];
+    let system = [
+        "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+    ];
+    p.is_absolute()
+        && !own.iter().any(|o| p == Path::new(o))
+        && !system.iter().any(|s| p.starts_with(s))
+}
+
 /// The smoke project: each step prints one fact [`check_smoke`] then checks. `absent` are
 /// host paths that must not be visible.
 pub fn smoke_project(absent: &[String]) -> pb::ProjectRun {
@@ -299,6 +314,23 @@ mod tests {
         let mut short = report("", STATUS, NETDEV, "bwrap\n", "checked\n", "checked\n");
         short.steps.truncate(4);
         assert!(check_smoke(&short).unwrap_err().contains("4 of 10"));
+    }
+
+    #[test]
+    fn only_host_specific_places_are_checked_absent() {
+        use std::path::Path;
+        for yes in [
+            "/root",
+            "/home/op/plimsoll",
+            "/tmp/plimsoll-state",
+            "/srv/x",
+            "/work/x",
+        ] {
+            assert!(host_specific(Path::new(yes)), "{yes}");
+        }
+        for no in ["/", "/tmp", "/work", "/usr/src/app", "/etc", "relative"] {
+            assert!(!host_specific(Path::new(no)), "{no}");
+        }
     }
 
     #[test]

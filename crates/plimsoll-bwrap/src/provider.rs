@@ -255,6 +255,10 @@ impl Inner {
         let mut proven = Proven {
             launch: Launch {
                 bwrap: bwrap.clone(),
+                setpriv: host::on_path("setpriv").or_else(|| {
+                    tracing::warn!("util-linux's setpriv is not on PATH: sandboxes rely on bwrap's own --die-with-parent alone to end with plimsolld");
+                    None
+                }),
                 seccomp: filter,
                 users: self.cfg.run_as.map(crate::sandbox::Users::new),
                 cgroup,
@@ -281,10 +285,10 @@ impl Inner {
             .iter()
             .map(|s| (*s).to_owned())
             .collect();
-        absent.push(self.cfg.state_dir.display().to_string());
-        if let Ok(cwd) = std::env::current_dir() {
-            if cwd != Path::new("/") {
-                absent.push(cwd.display().to_string());
+        let state = std::path::absolute(&self.cfg.state_dir).ok();
+        for p in state.into_iter().chain(std::env::current_dir().ok()) {
+            if evidence::host_specific(&p) {
+                absent.push(p.display().to_string());
             }
         }
         let answer = sb

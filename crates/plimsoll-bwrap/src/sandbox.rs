@@ -109,6 +109,9 @@ impl Users {
 pub struct Launch {
     /// The bwrap binary.
     pub bwrap: PathBuf,
+    /// util-linux's `setpriv`, which starts bwrap with a parent-death signal of its own
+    /// (SIGKILL when plimsolld's thread that started it is gone), or `None` without it.
+    pub setpriv: Option<PathBuf>,
     /// The seccomp filter file (handed to bwrap as its standard input).
     pub seccomp: PathBuf,
     /// The host users sandboxes run as (`None`: plimsolld's own user).
@@ -265,7 +268,14 @@ impl Sandbox {
             ..spec
         };
         let system = command::system_entries(Path::new("/"));
-        let mut cmd = Command::new(&l.bwrap);
+        let mut cmd = match &l.setpriv {
+            Some(setpriv) => {
+                let mut c = Command::new(setpriv);
+                c.args(["--pdeathsig", "KILL", "--"]).arg(&l.bwrap);
+                c
+            }
+            None => Command::new(&l.bwrap),
+        };
         cmd.args(command::args(&spec, &system))
             .env_clear()
             .stdout(Stdio::null())
@@ -397,6 +407,7 @@ impl Sandbox {
     pub async fn end(mut self) {
         self.ended = true;
         let _ = self.child.start_kill();
+        self.kill_init();
         let _ = self.child.wait().await;
         if let Some((pid, started)) = self.init {
             let deadline = Instant::now() + END_TIMEOUT;
@@ -423,9 +434,28 @@ impl Drop for Sandbox {
             return;
         }
         let _ = self.child.start_kill();
+        self.kill_init();
         let _ = std::fs::remove_dir_all(&self.dir);
         if let Some(cg) = self.cgroup.take() {
             std::thread::spawn(move || cg.remove());
+        }
+    }
+}
+
+impl Sandbox {
+    /// SIGKILL to the PID namespace's init itself (still the process recorded at launch),
+    /// besides the parent-death signal bwrap arranges: its death ends every process of the
+    /// namespace.
+    fn kill_init(&self) {
+        if let Some((pid, started)) = self.init {
+            if alive_since(pid, started) {
+                if let Ok(p) = i32::try_from(pid) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(p),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
         }
     }
 }
