@@ -121,8 +121,9 @@ pub fn run(args: &[&str]) -> Result<()> {
     // The sandboxes run as nobody when this runs as root: every directory above their run
     // directories and above sandboxd must let them through, so both binaries are copied
     // into a folder under /tmp (the bwrap provider finds sandboxd beside plimsolld).
+    // A short name: the Docker daemon's per-run socket paths below it must fit in 107 bytes.
     let tmp = tempfile::Builder::new()
-        .prefix("plimsoll-bench-bwrap")
+        .prefix("pb")
         .tempdir_in("/tmp")
         .context("creating a folder under /tmp")?;
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o711))?;
