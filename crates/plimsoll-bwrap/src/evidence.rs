@@ -4,7 +4,7 @@
 //! refuses to start.
 
 use plimsoll_core::pb;
-pub use plimsoll_provider::smoke::interfaces;
+use plimsoll_provider::smoke::interfaces;
 use plimsoll_provider::smoke::step_stdout as out;
 
 /// Host paths that must not exist inside a sandbox (checked besides the state directory
@@ -81,8 +81,6 @@ fn shell_quote(s: &str) -> String {
 pub struct SmokeFacts {
     /// Languages whose step printed the expected line.
     pub languages: Vec<String>,
-    /// The inside user's mapping, as `/proc/self/uid_map` stated it (`inside outside count`).
-    pub uid_map: String,
     /// Whether the Landlock layer held: nothing written could be executed, and the channel
     /// directory took no file. A second layer: its absence (a kernel without Landlock) is
     /// stated, not an error.
@@ -211,7 +209,6 @@ pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
     }
     Ok(SmokeFacts {
         languages,
-        uid_map: map.join(""),
         landlock: out(p, 9) == "checked",
     })
 }

@@ -131,28 +131,6 @@ impl BwrapProvider {
         })
     }
 
-    /// Sandboxes ready in the warm pool now.
-    pub fn pool_ready(&self) -> usize {
-        self.inner.lock_pool().len()
-    }
-
-    /// Waits until the warm pool holds `n` sandboxes (or `limit` passed); returns how many.
-    pub async fn wait_pool(&self, n: usize, limit: Duration) -> usize {
-        let end = tokio::time::Instant::now() + limit;
-        loop {
-            let have = self.pool_ready();
-            if have >= n || tokio::time::Instant::now() >= end {
-                return have;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
-    /// This start's directory (run directories and the seccomp filter).
-    pub fn instance_dir(&self) -> &Path {
-        &self.inner.dir
-    }
-
     /// Runs `work` with extra environment variables for its programs (refused, marked
     /// `request`, when a name would choose what a program loads or runs).
     pub async fn run_with_env(
@@ -255,6 +233,7 @@ impl Inner {
         let mut proven = Proven {
             launch: Launch {
                 bwrap: bwrap.clone(),
+                system: crate::command::system_entries(Path::new("/")),
                 setpriv: host::on_path("setpriv").or_else(|| {
                     tracing::warn!("util-linux's setpriv is not on PATH: sandboxes rely on bwrap's own --die-with-parent alone to end with plimsolld");
                     None

@@ -78,11 +78,6 @@ impl Users {
         }
     }
 
-    /// The first user and group of the range.
-    pub fn base(&self) -> (u32, u32) {
-        self.base
-    }
-
     /// The next free slot, in turn (a slot is reused only after the whole range went round).
     fn take(&self) -> Option<((u32, u32), Slot)> {
         let mut s = self.slots.lock().unwrap_or_else(|p| p.into_inner());
@@ -109,6 +104,8 @@ impl Users {
 pub struct Launch {
     /// The bwrap binary.
     pub bwrap: PathBuf,
+    /// The host's system entries as the sandbox sees them (read once, at startup).
+    pub system: Vec<command::SystemEntry>,
     /// util-linux's `setpriv`, which starts bwrap with a parent-death signal of its own
     /// (SIGKILL when plimsolld's thread that started it is gone), or `None` without it.
     pub setpriv: Option<PathBuf>,
@@ -267,7 +264,6 @@ impl Sandbox {
             run_dir: dir.clone(),
             ..spec
         };
-        let system = command::system_entries(Path::new("/"));
         let mut cmd = match &l.setpriv {
             Some(setpriv) => {
                 let mut c = Command::new(setpriv);
@@ -276,7 +272,7 @@ impl Sandbox {
             }
             None => Command::new(&l.bwrap),
         };
-        cmd.args(command::args(&spec, &system))
+        cmd.args(command::args(&spec, &l.system))
             .env_clear()
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -483,8 +479,36 @@ fn alive_since(pid: u32, started: u64) -> bool {
     matches!(stat_fields(pid), Some((_, t, state)) if t == started && state != 'Z' && state != 'X')
 }
 
-/// Every descendant of `pid` with its parent, from the parent pids in `/proc/*/stat`.
+/// The children of `p`, from `/proc/<p>/task/*/children`; `None` where the kernel has no
+/// such file (`CONFIG_PROC_CHILDREN` off).
+fn children(p: u32) -> Option<Vec<u32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{p}/task")).ok()?;
+    let mut out = Vec::new();
+    for t in tasks.flatten() {
+        let c = std::fs::read_to_string(t.path().join("children")).ok()?;
+        out.extend(c.split_whitespace().filter_map(|n| n.parse::<u32>().ok()));
+    }
+    Some(out)
+}
+
+/// Every descendant of `pid` with its parent: from the `children` files where the kernel
+/// has them (a few reads), else from the parent pids in every `/proc/*/stat`.
 pub fn descendants(pid: u32) -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(p) = queue.pop() {
+        let Some(kids) = children(p) else {
+            return descendants_by_scan(pid);
+        };
+        for c in kids {
+            out.push((c, p));
+            queue.push(c);
+        }
+    }
+    out
+}
+
+fn descendants_by_scan(pid: u32) -> Vec<(u32, u32)> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for e in entries.flatten() {
@@ -607,6 +631,11 @@ mod tests {
         let tree = descendants(child.id());
         assert_eq!(tree.len(), 2, "{tree:?}");
         assert!(tree.iter().all(|(_, parent)| *parent == child.id()));
+        let mut scanned = descendants_by_scan(child.id());
+        let mut found = tree.clone();
+        scanned.sort_unstable();
+        found.sort_unstable();
+        assert_eq!(scanned, found);
         let t = start_time(child.id()).unwrap();
         assert!(alive_since(child.id(), t));
         child.kill().unwrap();
