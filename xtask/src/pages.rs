@@ -149,6 +149,7 @@ fn make_records(plimsolld: &Path, plimsoll: &Path, attest: &Path, learn: &Path) 
         &[
             ("PLIMSOLL_CLIENTS_FILE", callers_s.as_str()),
             ("SANDBOX_MAX_SESSIONS", "2"),
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", "2"),
         ],
     );
     let addr = daemon

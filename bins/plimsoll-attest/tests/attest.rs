@@ -23,6 +23,7 @@ impl World {
         let daemon = setup
             .start(&[
                 ("SANDBOX_MAX_SESSIONS", "4"),
+                ("SANDBOX_MAX_SESSIONS_PER_CALLER", "4"),
                 ("SANDBOX_MAX_CONCURRENT", "4"),
             ])
             .await;

@@ -36,7 +36,11 @@ fn daemon(dir: &Path) -> (Plimsolld, String) {
     let mut d = Plimsolld::spawn_as(
         bin.to_str().unwrap(),
         dir,
-        &[("PLIMSOLL_INSECURE", "1"), ("SANDBOX_MAX_SESSIONS", "4")],
+        &[
+            ("PLIMSOLL_INSECURE", "1"),
+            ("SANDBOX_MAX_SESSIONS", "4"),
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", "4"),
+        ],
         &reaper,
     );
     let addr = d

@@ -15,6 +15,8 @@ fn config(cluster: &FakeCluster, callers: &Callers) -> Config {
     let mut pairs = callers.pairs(&[]);
     pairs.extend(cluster.env_pairs());
     pairs.push(("SANDBOX_MAX_SESSIONS".into(), "8".into()));
+    // The suite opens several sessions as one caller.
+    pairs.push(("SANDBOX_MAX_SESSIONS_PER_CALLER".into(), "8".into()));
     let mut cfg = config_from(&pairs).expect("the test configuration");
     // Test hook: the fake pods listen on another port than 9090.
     let plimsoll_daemon::ProviderConfig::AgentSandbox(a) = &mut cfg.provider else {

@@ -26,6 +26,7 @@ async fn the_conformance_suite_passes_on_bwrap() {
             ("PLIMSOLL_STATE_DIR", &state),
             ("SANDBOX_BWRAP_SANDBOXD", &sandboxd),
             ("SANDBOX_MAX_SESSIONS", "4"),
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", "4"),
             ("SANDBOX_MAX_CONCURRENT", "4"),
         ])
         .await;

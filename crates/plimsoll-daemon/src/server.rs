@@ -126,7 +126,7 @@ pub fn hardened_violations(cfg: &Config, tier: Option<Tier>) -> Vec<String> {
         ));
     }
     if cfg.sessions.enabled() && cfg.sessions.per_caller == 0 {
-        v.push("SANDBOX_MAX_SESSIONS_PER_CALLER is not set; with sessions on, one caller could hold every session (set a per-caller cap)".into());
+        v.push("SANDBOX_MAX_SESSIONS_PER_CALLER is 0 (no per-caller cap); with sessions on, one caller could hold every session (set a positive cap, or leave it unset for a quarter of SANDBOX_MAX_SESSIONS)".into());
     }
     if let Some(m) = cfg.metrics_addr.filter(|m| !is_loopback(m)) {
         v.push(format!("PLIMSOLL_METRICS_ADDR {m} is not loopback; the metrics listener serves plain HTTP (set it to a loopback address or off)"));

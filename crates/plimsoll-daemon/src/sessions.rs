@@ -8,7 +8,9 @@
 //!   fingerprint (hex SHA-256 of the id). A session belongs to the principal that opened it;
 //!   any other caller naming it is answered exactly as for an unknown id (`NOT_FOUND`).
 //! - **Caps.** `SANDBOX_MAX_SESSIONS` counts open sessions and sessions being opened,
-//!   daemon-wide; `SANDBOX_MAX_SESSIONS_PER_CALLER` per principal;
+//!   daemon-wide; `SANDBOX_MAX_SESSIONS_PER_CALLER` per principal (unset: a quarter of
+//!   `SANDBOX_MAX_SESSIONS`, at least 1, so no one caller holds every slot by default; an
+//!   explicit `0` is the operator's opt-out, no cap of its own, which hardened mode refuses);
 //!   `SANDBOX_MAX_SESSIONS_PER_OWNER` per (principal, owner), where at the cap the owner's
 //!   least-recently-used sessions with no call running or waiting are ended `REPLACED` to
 //!   make room (not enough of them: refused `capacity`, nothing ended). An open with no
@@ -48,7 +50,7 @@ pub const SESSION_VARIABLES: &[Variable] = &[
     ),
     (
         "SANDBOX_MAX_SESSIONS_PER_CALLER",
-        "sessions one caller may hold open (0 = no cap beyond SANDBOX_MAX_SESSIONS; hardened mode needs one)",
+        "sessions one caller may hold open (default: a quarter of SANDBOX_MAX_SESSIONS, at least 1; 0 = no cap beyond SANDBOX_MAX_SESSIONS, refused in hardened mode)",
     ),
     (
         "SANDBOX_MAX_SESSIONS_PER_OWNER",
@@ -86,7 +88,9 @@ const MAX_LIFETIME_MS: u32 = 12 * 60 * 60 * 1000;
 pub struct SessionSettings {
     /// Open sessions daemon-wide; 0 turns sessions off.
     pub max_sessions: usize,
-    /// Per principal; 0 = no cap of its own.
+    /// Per principal; 0 = no cap of its own. Read from the environment it defaults to
+    /// [`default_per_caller`]; [`SessionSettings::default`] keeps 0 for daemons built in code
+    /// with one caller (the embedded daemon).
     pub per_caller: usize,
     /// Per (principal, owner); 0 = no cap.
     pub per_owner: usize,
@@ -150,7 +154,10 @@ impl SessionSettings {
         Ok(SessionSettings {
             max_sessions,
             pool,
-            per_caller: v.number("SANDBOX_MAX_SESSIONS_PER_CALLER", 0)?,
+            per_caller: v.number(
+                "SANDBOX_MAX_SESSIONS_PER_CALLER",
+                default_per_caller(max_sessions),
+            )?,
             per_owner: v.number("SANDBOX_MAX_SESSIONS_PER_OWNER", 0)?,
             lifetime: Duration::from_millis(lifetime_ms.into()),
             idle: Duration::from_millis(idle_ms.into()),
@@ -162,6 +169,13 @@ impl SessionSettings {
     pub fn enabled(&self) -> bool {
         self.max_sessions > 0
     }
+}
+
+/// The per-caller cap when `SANDBOX_MAX_SESSIONS_PER_CALLER` is unset: a quarter of
+/// `max_sessions`, at least 1, so one caller cannot hold every session slot for the
+/// sessions' whole lifetime unless the operator says so (an explicit `0`).
+pub fn default_per_caller(max_sessions: usize) -> usize {
+    (max_sessions / 4).max(1)
 }
 
 /// A fresh session id: 128 random bits, lowercase hex.

@@ -166,11 +166,20 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// Room for four sessions, all of which one caller may hold (these tests open several
+    /// as one caller; the default per-caller cap would be one).
     async fn start(extra: &[(&str, &str)]) -> Fixture {
-        let setup = Setup::new(&[("alice", &[]), ("bob", &[])]);
-        let mut pairs = vec![("SANDBOX_MAX_SESSIONS", "4")];
+        let mut pairs = vec![
+            ("SANDBOX_MAX_SESSIONS", "4"),
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", "4"),
+        ];
         pairs.extend_from_slice(extra);
-        let cfg = setup.config(&pairs).expect("config");
+        Fixture::with(&pairs).await
+    }
+    /// Exactly `pairs` (and the callers).
+    async fn with(pairs: &[(&str, &str)]) -> Fixture {
+        let setup = Setup::new(&[("alice", &[]), ("bob", &[])]);
+        let cfg = setup.config(pairs).expect("config");
         let counts = Arc::new(Counts::default());
         let daemon = start_with(cfg, Arc::new(Scripted(counts.clone())))
             .await
@@ -483,6 +492,46 @@ async fn caps_refuse_capacity_and_an_owner_replaces_its_least_recently_used() {
         4,
         "shutdown closed every session"
     );
+}
+
+#[tokio::test]
+async fn per_caller_cap_defaults_to_a_quarter_of_the_sessions() {
+    // No SANDBOX_MAX_SESSIONS_PER_CALLER: a quarter of 8 is 2 per caller.
+    let f = Fixture::with(&[("SANDBOX_MAX_SESSIONS", "8")]).await;
+    let (mut alice, mut bob) = (f.client(0).await, f.client(1).await);
+    let a1 = alice.open_session(open()).await.unwrap();
+    let a2 = alice.open_session(open()).await.unwrap();
+    let e = alice.open_session(open()).await.unwrap_err();
+    assert_eq!(refused(&e), Some(Reason::Capacity), "{e}");
+    assert!(
+        e.to_string()
+            .contains("its limit (SANDBOX_MAX_SESSIONS_PER_CALLER)"),
+        "{e}"
+    );
+    // Another caller still opens; Describe states the cap.
+    let b1 = bob.open_session(open()).await.unwrap();
+    let d = bob.describe().await.unwrap();
+    assert_eq!(d.max_sessions_per_caller, 2);
+    // Closing one frees alice's slot.
+    alice.close_session(&a1).await.unwrap();
+    let a3 = alice.open_session(open()).await.unwrap();
+    let _ = (a2, a3, b1);
+    f.daemon.shutdown().await;
+
+    // An explicit 0 is the opt-out: no cap of its own beyond SANDBOX_MAX_SESSIONS.
+    let f = Fixture::with(&[
+        ("SANDBOX_MAX_SESSIONS", "4"),
+        ("SANDBOX_MAX_SESSIONS_PER_CALLER", "0"),
+    ])
+    .await;
+    let mut alice = f.client(0).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(alice.open_session(open()).await.unwrap());
+    }
+    let e = alice.open_session(open()).await.unwrap_err();
+    assert_eq!(refused(&e), Some(Reason::Capacity), "{e}");
+    f.daemon.shutdown().await;
 }
 
 #[tokio::test]

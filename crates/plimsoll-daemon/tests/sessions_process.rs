@@ -12,6 +12,7 @@ async fn daemon() -> (RunningDaemon, Client, Setup) {
     let daemon = setup
         .start(&[
             ("SANDBOX_MAX_SESSIONS", "8"),
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", "8"),
             ("SANDBOX_MAX_CONCURRENT", "8"),
         ])
         .await;

@@ -30,6 +30,7 @@ async fn the_conformance_suite_passes_on_docker() {
             ("SANDBOX_DOCKER_IMAGE", IMAGE),
             ("SANDBOX_DOCKER_RUNTIME", runtime.as_str()),
             ("SANDBOX_MAX_SESSIONS", "4"),
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", "4"),
             ("SANDBOX_MAX_CONCURRENT", "4"),
         ])
         .await;

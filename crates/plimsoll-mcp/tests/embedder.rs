@@ -23,7 +23,11 @@ fn file(path: &str, content: &str) -> pb::ProjectFile {
 #[tokio::test(flavor = "multi_thread")]
 async fn call_files_change_at_run_time_for_fresh_and_session_calls() {
     let setup = plimsoll_testkit::daemon::Setup::tester();
-    let daemon = setup.start(&[("SANDBOX_MAX_SESSIONS", "2")]).await;
+    let daemon = setup
+        .start(&[
+            ("SANDBOX_MAX_SESSIONS", "2"),
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", "2"),
+        ]).await;
     let client = Client::connect(
         &format!("http://{}", daemon.rpc_addr()),
         ClientOptions {

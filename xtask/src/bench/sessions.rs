@@ -130,6 +130,7 @@ pub fn run(args: &[&str]) -> anyhow::Result<()> {
     file.save(&callers)?;
     let mut env = vec![
         ("SANDBOX_MAX_SESSIONS", "64"),
+        ("SANDBOX_MAX_SESSIONS_PER_CALLER", "64"),
         ("SANDBOX_MAX_CONCURRENT", "16"),
     ];
     if opts.provider == "docker" {

@@ -364,6 +364,31 @@ fn session_settings_are_read_and_checked() {
 }
 
 #[test]
+fn per_caller_cap_is_a_quarter_unless_set_and_zero_opts_out() {
+    let per_caller = |pairs: &[(&str, &str)]| {
+        let mut all = vec![("PLIMSOLL_INSECURE", "1"), ("SANDBOX_PROVIDER", "process")];
+        all.extend_from_slice(pairs);
+        Config::from_env(&MapEnv::from_pairs(all))
+            .unwrap()
+            .sessions
+            .per_caller
+    };
+    for (max, want) in [("1", 1), ("3", 1), ("4", 1), ("8", 2), ("9", 2), ("64", 16)] {
+        assert_eq!(per_caller(&[("SANDBOX_MAX_SESSIONS", max)]), want, "{max}");
+    }
+    let set = |v| per_caller(&[("SANDBOX_MAX_SESSIONS", "8"), ("SANDBOX_MAX_SESSIONS_PER_CALLER", v)]);
+    assert_eq!(set("0"), 0, "an explicit 0 is no cap of its own");
+    assert_eq!(set("5"), 5);
+    assert_eq!(set(" "), 2, "blank is unset");
+    // `plimsolld --help` states the default.
+    let help = plimsoll_config::help(&[crate::sessions::SESSION_VARIABLES]);
+    assert!(
+        help.contains("default: a quarter of SANDBOX_MAX_SESSIONS, at least 1"),
+        "{help}"
+    );
+}
+
+#[test]
 fn reflection_is_on_unless_hardened_and_an_explicit_value_wins() {
     let dir = tempfile::tempdir().unwrap();
     let callers = dir.path().join("callers.json");
