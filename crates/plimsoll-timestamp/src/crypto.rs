@@ -11,10 +11,12 @@ pub(crate) const OID_SHA384: &str = "2.16.840.1.101.3.4.2.2";
 pub(crate) const OID_SHA512: &str = "2.16.840.1.101.3.4.2.3";
 
 const OID_RSA: &str = "1.2.840.113549.1.1.1";
+const OID_RSA_SHA1: &str = "1.2.840.113549.1.1.5";
 const OID_RSA_SHA256: &str = "1.2.840.113549.1.1.11";
 const OID_RSA_SHA384: &str = "1.2.840.113549.1.1.12";
 const OID_RSA_SHA512: &str = "1.2.840.113549.1.1.13";
 const OID_EC_PUBLIC_KEY: &str = "1.2.840.10045.2.1";
+const OID_ECDSA_SHA1: &str = "1.2.840.10045.4.1";
 const OID_ECDSA_SHA256: &str = "1.2.840.10045.4.3.2";
 const OID_ECDSA_SHA384: &str = "1.2.840.10045.4.3.3";
 const OID_ECDSA_SHA512: &str = "1.2.840.10045.4.3.4";
@@ -41,6 +43,16 @@ impl From<HashAlg> for Hash {
 }
 
 impl Hash {
+    /// The hash's name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hash::Sha1 => "SHA-1",
+            Hash::Sha256 => "SHA-256",
+            Hash::Sha384 => "SHA-384",
+            Hash::Sha512 => "SHA-512",
+        }
+    }
+
     pub fn from_oid(oid: &str) -> Result<Self, Error> {
         match oid {
             OID_SHA1 => Ok(Hash::Sha1),
@@ -69,6 +81,18 @@ pub(crate) fn hash(h: Hash, data: &[u8]) -> Vec<u8> {
 enum Scheme {
     Rsa(Hash),
     Ecdsa(Hash),
+}
+
+/// The hash a signatureAlgorithm OID names itself (`None` for OIDs that name only the key
+/// type, `rsaEncryption` and `id-ecPublicKey`, and for unknown ones).
+pub(crate) fn signature_hash(sig_oid: &str) -> Option<Hash> {
+    match sig_oid {
+        OID_RSA_SHA1 | OID_ECDSA_SHA1 => Some(Hash::Sha1),
+        OID_RSA_SHA256 | OID_ECDSA_SHA256 => Some(Hash::Sha256),
+        OID_RSA_SHA384 | OID_ECDSA_SHA384 => Some(Hash::Sha384),
+        OID_RSA_SHA512 | OID_ECDSA_SHA512 => Some(Hash::Sha512),
+        _ => None,
+    }
 }
 
 /// The scheme of a signatureAlgorithm OID. CMS signers may name only the key type

@@ -17,7 +17,10 @@
 //! 4. the signer certificate is found by its SignerIdentifier (issuer and serial, or subject
 //!    key identifier) among the token's certificates and the caller's extra certificates;
 //! 5. the signature over the DER of the signed attributes (re-tagged as a SET) verifies with
-//!    that certificate's key: RSA PKCS#1 v1.5 or ECDSA P-256/P-384, with SHA-256/384/512;
+//!    that certificate's key: RSA PKCS#1 v1.5 or ECDSA P-256/P-384, with SHA-256/384/512; the
+//!    SignerInfo's digest algorithm is not SHA-1 ([`Error::Sha1Digest`]), and a signature
+//!    algorithm that names a hash names the digest algorithm's
+//!    ([`Error::SignatureDigestMismatch`]; `openssl ts -verify` refuses such a token too);
 //! 6. the signer certificate's extended key usage is exactly id-kp-timeStamping and the
 //!    extension is marked critical (RFC 3161 §2.3, as OpenSSL enforces it);
 //! 7. the signed attributes bind the signer certificate with ESSCertID (SHA-1,
@@ -25,10 +28,19 @@
 //!    entry for the signer certificate is needed, other listed IDs are ignored;
 //! 8. a chain from the signer certificate to one of the pinned roots is built from the token's
 //!    certificates and the extra certificates, in any order, skipping certificates that are not
-//!    needed (cross-certificates); every signature in it verifies, every issuer is a CA
-//!    (basicConstraints cA), and every certificate including the root is valid at the token's
-//!    genTime (not at the time of verification);
-//! 9. the message imprint's algorithm and digest equal what the caller expected;
+//!    needed (cross-certificates); every signature in it verifies, every issuer in the pool is
+//!    a CA (basicConstraints cA), every issuer including the pinned root that has a keyUsage
+//!    extension allows keyCertSign ([`Error::IssuerKeyUsage`]), no issuer including the root
+//!    has more non-self-issued intermediates below it than its pathLenConstraint allows
+//!    ([`Error::PathLenExceeded`]; both as OpenSSL checks them), and every certificate
+//!    including the root is valid at the token's genTime (not at the time of verification);
+//! 9. the message imprint's algorithm and digest equal what the caller expected; TSTInfo
+//!    carries no critical extension (none is understood here:
+//!    [`Error::UnknownCriticalExtension`] names its OID), and its genTime is a date that
+//!    exists ([`Error::ImpossibleTime`]: no day 31 in a 30-day month, no Feb 29 outside leap
+//!    years, no hour 24, minute 60 or second 60; certificate times, UTCTime or
+//!    GeneralizedTime, are read by `x509-parser`, which refuses impossible dates as malformed
+//!    certificates);
 //! 10. the nonce equals the one sent, compared as integers (leading zero octets do not matter);
 //!     a missing nonce when one was sent is an error.
 //!
@@ -38,10 +50,11 @@
 //! - No policy OID pinning: the policy is reported in [`Witness::policy`] for the caller to
 //!   judge.
 //! - The TSTInfo `tsa` name field and `accuracy` are not checked; `ordering` is ignored.
-//! - Key usage bits, certificate policies, name constraints, path length constraints and
-//!   unknown critical extensions of the chain's certificates are not evaluated; names are
-//!   compared as DER bytes.
-//! - RSA-PSS and SHA-1 signatures are refused as unsupported, not verified.
+//! - Certificate policies, name constraints and unknown critical extensions of the chain's
+//!   certificates are not evaluated, nor key usage beyond keyCertSign on issuers (the TSA
+//!   certificate's purpose is its EKU, step 6); names are compared as DER bytes.
+//! - RSA-PSS and SHA-1 signatures are refused as unsupported, not verified. SHA-1 stays
+//!   accepted only where RFC 3161 itself names it: the certHash of an ESSCertID (version 1).
 //! - Whether the signer certificate has expired since genTime is reported
 //!   ([`Witness::signer_expired_at`]), not judged: a token from an expired TSA certificate is
 //!   still a valid witness of its time.
@@ -296,6 +309,56 @@ pub enum Error {
     NonceMissing {
         /// Hex sent.
         sent: String,
+    },
+    /// The SignerInfo's digest algorithm is SHA-1.
+    #[error("the token's SignerInfo digest algorithm is SHA-1, which is refused (SHA-1 collisions are practical, so its messageDigest binds nothing); the authority must sign with SHA-256, SHA-384 or SHA-512")]
+    Sha1Digest,
+    /// The signature algorithm names a hash other than the SignerInfo's digest algorithm.
+    #[error("the token's signature algorithm {signature} hashes with {signature_hash}, but its SignerInfo digest algorithm is {digest}; they must be the same (openssl ts -verify refuses such a token too)")]
+    SignatureDigestMismatch {
+        /// The signatureAlgorithm OID, dotted.
+        signature: String,
+        /// The hash that OID names.
+        signature_hash: &'static str,
+        /// The SignerInfo's digestAlgorithm.
+        digest: &'static str,
+    },
+    /// TSTInfo carries a critical extension this crate does not understand.
+    #[error("TSTInfo carries the critical extension {oid}, which this verifier does not understand; a critical extension that is not understood must be refused (RFC 3161 §2.4.2, RFC 5280 §4.2)")]
+    UnknownCriticalExtension {
+        /// The extension's OID, dotted.
+        oid: String,
+    },
+    /// A date and time that does not exist (day 31 in a 30-day month, Feb 29 outside a leap
+    /// year, hour 24, minute or second 60).
+    #[error("impossible time in {at}: {value:?} ({reason})")]
+    ImpossibleTime {
+        /// Where the time was read.
+        at: &'static str,
+        /// The time as the token wrote it.
+        value: String,
+        /// Which part does not exist.
+        reason: String,
+    },
+    /// A certificate in the chain issued by one whose keyUsage does not allow keyCertSign.
+    #[error("{issuer} would issue {subject}, but its key usage extension lacks keyCertSign, so it may not sign certificates")]
+    IssuerKeyUsage {
+        /// The issuer's subject.
+        issuer: String,
+        /// The subject of the certificate it would issue.
+        subject: String,
+    },
+    /// A chain with more intermediates below a CA than its pathLenConstraint allows.
+    #[error("{issuer} allows at most {path_len} intermediate CA certificate(s) below it (basicConstraints pathLenConstraint), but the chain to {leaf} has {found}")]
+    PathLenExceeded {
+        /// The constraining CA's subject.
+        issuer: String,
+        /// Its pathLenConstraint.
+        path_len: u32,
+        /// The intermediates below it in the chain.
+        found: usize,
+        /// The TSA certificate the chain starts from.
+        leaf: String,
     },
     /// A request that cannot be built or is not a valid TimeStampReq.
     #[error("bad time-stamp request: {0}")]

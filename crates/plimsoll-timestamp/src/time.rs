@@ -1,4 +1,6 @@
 //! GeneralizedTime to Unix milliseconds and back to RFC 3339 text, without a date library.
+//! A time that does not exist on the calendar (day 31 of a 30-day month, Feb 29 outside a
+//! leap year, hour 24, minute or second 60) is refused, not rolled over into the next one.
 
 use crate::der::malformed;
 use crate::Error;
@@ -28,10 +30,30 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Whether `y` is a leap year of the proleptic Gregorian calendar.
+fn is_leap(y: i64) -> bool {
+    (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+}
+
+/// The days of month `m` (1-12) of year `y`.
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        4 | 6 | 9 | 11 => 30,
+        2 if is_leap(y) => 29,
+        2 => 28,
+        _ => 31,
+    }
+}
+
 /// Parses the contents of a DER GeneralizedTime (`YYYYMMDDHHMMSS[.f]Z`) into Unix ms.
 /// Fractions finer than a millisecond are truncated.
 pub(crate) fn generalized_to_unix_ms(v: &[u8]) -> Result<i64, Error> {
     let ctx = "TSTInfo genTime";
+    let impossible = |reason: String| Error::ImpossibleTime {
+        at: ctx,
+        value: String::from_utf8_lossy(v).into_owned(),
+        reason,
+    };
     let bad = || {
         malformed(
             ctx,
@@ -53,8 +75,22 @@ pub(crate) fn generalized_to_unix_ms(v: &[u8]) -> Result<i64, Error> {
     };
     let (y, mo, d) = (digits(0..4)?, digits(4..6)?, digits(6..8)?);
     let (h, mi, s) = (digits(8..10)?, digits(10..12)?, digits(12..14)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return Err(bad());
+    if !(1..=12).contains(&mo) {
+        return Err(impossible(format!("there is no month {mo}")));
+    }
+    let month_days = days_in_month(y, mo);
+    if !(1..=month_days).contains(&d) {
+        return Err(impossible(if mo == 2 && d == 29 {
+            format!("{y} is not a leap year, so February has no day 29")
+        } else {
+            format!("month {mo} of {y} has no day {d}; it has {month_days} days")
+        }));
+    }
+    if h > 23 || mi > 59 || s > 59 {
+        // Leap seconds are refused, as OpenSSL refuses them.
+        return Err(impossible(format!(
+            "{h:02}:{mi:02}:{s:02} is not a time of day (hours 00-23, minutes and seconds 00-59)"
+        )));
     }
     let mut ms = 0i64;
     let rest = &v[14..v.len() - 1];
@@ -105,6 +141,44 @@ mod tests {
             b"20250509115855.Z",
         ] {
             assert!(generalized_to_unix_ms(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn impossible_dates_and_times_are_refused() {
+        for (bad, says) in [
+            (&b"20250431120000Z"[..], "month 4 of 2025 has no day 31"),
+            (b"20250631120000Z", "month 6 of 2025 has no day 31"),
+            (b"20250931120000Z", "has no day 31"),
+            (b"20251131120000Z", "has no day 31"),
+            (b"20250229120000Z", "2025 is not a leap year"),
+            (b"21000229120000Z", "2100 is not a leap year"),
+            (b"20250230120000Z", "month 2 of 2025 has no day 30"),
+            (b"20250132120000Z", "month 1 of 2025 has no day 32"),
+            (b"20250100120000Z", "has no day 0"),
+            (b"20250001120000Z", "there is no month 0"),
+            (b"20250509240000Z", "is not a time of day"),
+            (b"20250509236000Z", "is not a time of day"),
+            (b"20250509235960Z", "is not a time of day"),
+            (b"20250509235960.5Z", "is not a time of day"),
+        ] {
+            let err = generalized_to_unix_ms(bad).unwrap_err();
+            assert!(
+                matches!(err, Error::ImpossibleTime { .. }),
+                "{}: {err}",
+                String::from_utf8_lossy(bad)
+            );
+            assert!(err.to_string().contains(says), "{err}");
+        }
+        // The days that do exist.
+        for good in [
+            &b"20240229120000Z"[..],
+            b"20000229120000Z",
+            b"20250430235959Z",
+            b"20251231235959.999Z",
+            b"20250131000000Z",
+        ] {
+            generalized_to_unix_ms(good).unwrap();
         }
     }
 }

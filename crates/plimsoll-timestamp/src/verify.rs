@@ -379,7 +379,9 @@ fn parse_tst_info(e_content: &[u8]) -> Result<TstInfo<'_>, Error> {
         None => None,
     };
     r.optional(tag::ctx_cons(0))?; // tsa
-    r.optional(tag::ctx_cons(1))?; // extensions
+    if let Some(ext) = r.optional(tag::ctx_cons(1))? {
+        check_tst_extensions(ext.value)?;
+    }
     r.finish()?;
     Ok(TstInfo {
         policy,
@@ -388,6 +390,33 @@ fn parse_tst_info(e_content: &[u8]) -> Result<TstInfo<'_>, Error> {
         gen_time_ms,
         nonce,
     })
+}
+
+/// `extensions [1] IMPLICIT Extensions`: none is understood here, so any marked critical is
+/// refused, naming its OID; the others are skipped.
+fn check_tst_extensions(v: &[u8]) -> Result<(), Error> {
+    let ctx = "TSTInfo extensions";
+    let mut r = Reader::new(v, ctx);
+    let mut n = 0;
+    while !r.is_empty() {
+        n += 1;
+        if n > 64 {
+            return Err(malformed(ctx, "too many extensions"));
+        }
+        let mut e = r.nested(tag::SEQUENCE, "Extension", ctx)?;
+        let oid = der::read_oid(&mut e, "extnID")?;
+        let critical = match e.optional(tag::BOOLEAN)? {
+            Some(b) if b.value.len() == 1 => b.value[0] != 0,
+            Some(_) => return Err(malformed(ctx, "critical is not a one-octet BOOLEAN")),
+            None => false,
+        };
+        e.expect(tag::OCTET_STRING, "extnValue")?;
+        e.finish()?;
+        if critical {
+            return Err(Error::UnknownCriticalExtension { oid });
+        }
+    }
+    Ok(())
 }
 
 fn parse_cert<'a>(der_bytes: &'a [u8], what: &'static str) -> Result<X509Certificate<'a>, Error> {
@@ -432,6 +461,20 @@ pub fn verify_token(
     let tok = parse_token(token)?;
     let attrs = parse_signed_attrs(tok.signer.signed_attrs)?;
     let tst = parse_tst_info(tok.e_content)?;
+
+    // The digest that binds the TSTInfo: not SHA-1, and the one the signature hashes with.
+    if tok.signer.digest == Hash::Sha1 {
+        return Err(Error::Sha1Digest);
+    }
+    if let Some(h) = crypto::signature_hash(&tok.signer.sig_alg) {
+        if h != tok.signer.digest {
+            return Err(Error::SignatureDigestMismatch {
+                signature: tok.signer.sig_alg.clone(),
+                signature_hash: h.name(),
+                digest: tok.signer.digest.name(),
+            });
+        }
+    }
 
     // Signed attributes: content-type and messageDigest.
     match attrs.content_type.as_deref() {
@@ -683,6 +726,40 @@ fn valid_at(c: &X509Certificate<'_>, gen_s: i64, gen_ms: i64) -> Result<(), Erro
     Ok(())
 }
 
+/// Whether `issuer` may sign `cert`, `below` non-self-issued intermediates above the TSA
+/// certificate `leaf`: a keyUsage extension, when present, allows keyCertSign, and a
+/// pathLenConstraint, when present, allows `below` intermediates (as OpenSSL checks both).
+fn may_issue(
+    issuer: &X509Certificate<'_>,
+    cert: &X509Certificate<'_>,
+    leaf: &X509Certificate<'_>,
+    below: usize,
+) -> Result<(), Error> {
+    let ku = issuer
+        .key_usage()
+        .map_err(|e| malformed("issuer certificate key usage", e.to_string()))?;
+    if ku.is_some_and(|ku| !ku.value.key_cert_sign()) {
+        return Err(Error::IssuerKeyUsage {
+            issuer: name_text(issuer.subject()),
+            subject: name_text(cert.subject()),
+        });
+    }
+    let bc = issuer
+        .basic_constraints()
+        .map_err(|e| malformed("issuer certificate basic constraints", e.to_string()))?;
+    if let Some(path_len) = bc.and_then(|bc| bc.value.path_len_constraint) {
+        if below > path_len as usize {
+            return Err(Error::PathLenExceeded {
+                issuer: name_text(issuer.subject()),
+                path_len,
+                found: below,
+                leaf: name_text(leaf.subject()),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A depth-first search from the signer to a pinned root through the pool.
 struct Chain<'p, 'a> {
     pool: &'p [(&'a [u8], X509Certificate<'a>)],
@@ -702,10 +779,23 @@ impl Chain<'_, '_> {
         if self.roots.iter().any(|(r, _)| r == der_bytes) {
             return Ok(true);
         }
+        let leaf = &self.pool[path[0]].1;
+        // The non-self-issued intermediates below an issuer of `cert` (RFC 5280 §6.1.4 (l)).
+        let below = path[1..]
+            .iter()
+            .filter(|&&i| {
+                let c = &self.pool[i].1;
+                c.subject().as_raw() != c.issuer().as_raw()
+            })
+            .count();
         // Issued by a pinned root: preferred over any certificate in the pool, so a
         // cross-certificate of the root is never needed.
         for (_, root) in self.roots {
             if root.subject().as_raw() != cert.issuer().as_raw() {
+                continue;
+            }
+            if let Err(e) = may_issue(root, cert, leaf, below) {
+                self.failure = Some(e);
                 continue;
             }
             if !self.signed_by(cert, root)? {
@@ -735,6 +825,10 @@ impl Chain<'_, '_> {
                     name_text(issuer.subject()),
                     name_text(cert.subject())
                 )));
+                continue;
+            }
+            if let Err(e) = may_issue(issuer, cert, leaf, below) {
+                self.failure = Some(e);
                 continue;
             }
             if !self.signed_by(cert, issuer)? {

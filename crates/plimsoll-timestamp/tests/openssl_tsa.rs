@@ -44,6 +44,14 @@ extendedKeyUsage=critical,serverAuth
 basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=critical,timeStamping,codeSigning
+[ca_nocertsign]
+basicConstraints=critical,CA:TRUE
+keyUsage=critical,digitalSignature,cRLSign
+subjectKeyIdentifier=hash
+[ca_pathlen0]
+basicConstraints=critical,CA:TRUE,pathlen:0
+keyUsage=critical,keyCertSign,cRLSign
+subjectKeyIdentifier=hash
 [notca]
 basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature,keyCertSign
@@ -87,6 +95,26 @@ fn ts_cnf(dir: &Path) -> String {
         section("ec384bare", "ec.pem", "ec.key", "sha384", "sha256", ""),
         // A TSA certificate that expired in 2021: every token it signs now is outside it.
         section("expired", "expired.pem", "rsa.key", "sha256", "sha256", ""),
+        // The RSA TSA signing with SHA-1 (digestAlgorithm sha1, signatureAlgorithm rsaEncryption).
+        section("sha1", "rsa.pem", "rsa.key", "sha1", "sha256", ""),
+        // A TSA certificate issued by a CA whose keyUsage lacks keyCertSign.
+        section(
+            "undernokcs",
+            "under-nokcs.pem",
+            "rsa.key",
+            "sha256",
+            "sha256",
+            &format!("certs = {d}/nokcs.pem"),
+        ),
+        // A TSA certificate two CAs below one with pathlen:0.
+        section(
+            "underpl0",
+            "under-pl0.pem",
+            "rsa.key",
+            "sha256",
+            "sha256",
+            &format!("certs = {d}/pl0-chain.pem"),
+        ),
         // A TSA certificate issued by a certificate that is not a CA.
         section(
             "undernotca",
@@ -247,6 +275,65 @@ fn pki() -> &'static Pki {
             "under-notca.pem",
             "tsa",
         );
+        // A CA without keyCertSign, and a TSA certificate it signed.
+        csr(
+            "nokcs.key",
+            &p256,
+            "/CN=plimsoll test CA without keyCertSign",
+            "nokcs.csr",
+        );
+        sign(
+            "nokcs.csr",
+            "ca.pem",
+            "ca.key",
+            "12",
+            "nokcs.pem",
+            "ca_nocertsign",
+        );
+        sign(
+            "rsa.csr",
+            "nokcs.pem",
+            "nokcs.key",
+            "13",
+            "under-nokcs.pem",
+            "tsa",
+        );
+        // root → pathlen:0 CA → CA → TSA: one intermediate more than pathlen:0 allows.
+        csr(
+            "pl0.key",
+            &p256,
+            "/CN=plimsoll test CA pathlen 0",
+            "pl0.csr",
+        );
+        sign(
+            "pl0.csr",
+            "ca.pem",
+            "ca.key",
+            "14",
+            "pl0.pem",
+            "ca_pathlen0",
+        );
+        csr(
+            "pl0sub.key",
+            &p256,
+            "/CN=plimsoll test CA below pathlen 0",
+            "pl0sub.csr",
+        );
+        sign("pl0sub.csr", "pl0.pem", "pl0.key", "15", "pl0sub.pem", "ca");
+        sign(
+            "rsa.csr",
+            "pl0sub.pem",
+            "pl0sub.key",
+            "16",
+            "under-pl0.pem",
+            "tsa",
+        );
+        let pl0_chain = [
+            std::fs::read_to_string(d.join("pl0sub.pem")).unwrap(),
+            std::fs::read_to_string(d.join("pl0.pem")).unwrap(),
+        ]
+        .concat();
+        std::fs::write(d.join("pl0-chain.pem"), pl0_chain).unwrap();
         // `openssl x509` cannot backdate; `openssl ca` can.
         std::fs::create_dir_all(d.join("cadb")).unwrap();
         std::fs::write(d.join("cadb/index.txt"), "").unwrap();
@@ -427,6 +514,17 @@ fn stamp(path: &str, alg: HashAlg, data: &[u8]) -> (TimeStampRequest, Vec<u8>) {
 
 /// `openssl ts -verify` of a request/answer pair the crate made and received.
 fn openssl_verifies(req: &TimeStampRequest, resp: &[u8], untrusted: &str, tag: &str) {
+    let (ok, text) = openssl_verdict(req, resp, untrusted, tag);
+    assert!(ok, "openssl ts -verify refused the crate's pair: {text}");
+}
+
+/// Whether `openssl ts -verify` accepts the pair, and what it said.
+fn openssl_verdict(
+    req: &TimeStampRequest,
+    resp: &[u8],
+    untrusted: &str,
+    tag: &str,
+) -> (bool, String) {
     let pki = pki();
     let q = pki.path(&format!("crate-{tag}.tsq"));
     let r = pki.path(&format!("crate-{tag}.tsr"));
@@ -448,11 +546,10 @@ fn openssl_verifies(req: &TimeStampRequest, resp: &[u8], untrusted: &str, tag: &
         ],
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
+    (
         out.status.success() && text.contains("Verification: OK"),
-        "openssl ts -verify refused the crate's pair: {text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        format!("{text} {}", String::from_utf8_lossy(&out.stderr)),
+    )
 }
 
 #[test]
@@ -533,6 +630,16 @@ fn tampered_openssl_answer_fails() {
 /// Re-signs the TSTInfo of a real OpenSSL token with `cert` via `openssl cms -sign`, with
 /// `-cades` (which adds signingCertificateV2) when `ess`, answering the new token.
 fn cms_token(tag: &str, cert: &str, ess: bool) -> (TimeStampRequest, Vec<u8>) {
+    cms_token_edited(tag, cert, ess, &|tst| tst.to_vec())
+}
+
+/// [`cms_token`] with the TSTInfo changed by `edit` before it is signed.
+fn cms_token_edited(
+    tag: &str,
+    cert: &str,
+    ess: bool,
+    edit: &dyn Fn(&[u8]) -> Vec<u8>,
+) -> (TimeStampRequest, Vec<u8>) {
     let pki = pki();
     let d = pki.dir.path();
     let (req, resp) = stamp("/rsa", HashAlg::Sha256, b"what ran");
@@ -568,6 +675,8 @@ fn cms_token(tag: &str, cert: &str, ess: bool) -> (TimeStampRequest, Vec<u8>) {
             &tst,
         ],
     );
+    let edited = edit(&std::fs::read(d.join(&tst)).unwrap());
+    std::fs::write(d.join(&tst), edited).unwrap();
     openssl_ok(
         d,
         &[
@@ -790,4 +899,235 @@ fn https_transport_trusts_the_given_roots_or_the_system_roots() {
         .block_on(send_with_transport_roots(&url, &req, t, &pki.root()))
         .unwrap_err();
     assert!(matches!(err, Error::Http { .. }), "{err}");
+}
+
+/// The header length and contents length of the DER element at `p`.
+fn der_header(b: &[u8], p: usize) -> (usize, usize) {
+    let l = b[p + 1] as usize;
+    if l & 0x80 == 0 {
+        return (2, l);
+    }
+    let n = l & 0x7f;
+    let len = b[p + 2..p + 2 + n]
+        .iter()
+        .fold(0usize, |a, &x| a << 8 | x as usize);
+    (2 + n, len)
+}
+
+/// The offsets of the elements inside the constructed element at `p`.
+fn der_children(b: &[u8], p: usize) -> Vec<usize> {
+    let (h, l) = der_header(b, p);
+    let (mut q, end, mut out) = (p + h, p + h + l, Vec::new());
+    while q < end {
+        out.push(q);
+        let (h2, l2) = der_header(b, q);
+        q += h2 + l2;
+    }
+    out
+}
+
+/// One DER element.
+fn der_tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    let n = content.len();
+    if n < 0x80 {
+        out.push(n as u8);
+    } else {
+        let bytes: Vec<u8> = n
+            .to_be_bytes()
+            .into_iter()
+            .skip_while(|&x| x == 0)
+            .collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out.extend_from_slice(content);
+    out
+}
+
+/// The SignerInfo of a TimeStampResp: its offset and its elements' offsets.
+fn signer_info(resp: &[u8]) -> Vec<usize> {
+    let token = der_children(resp, 0)[1];
+    let content = der_children(resp, token)[1];
+    let signed_data = der_children(resp, content)[0];
+    let signer_infos = *der_children(resp, signed_data).last().unwrap();
+    der_children(resp, der_children(resp, signer_infos)[0])
+}
+
+/// An OpenSSL RSA answer with its signatureAlgorithm replaced by `sig_oid` (contents, the same
+/// length as rsaEncryption's) and its signed attributes signed again with the TSA's own key
+/// over `md`: what a TSA, or anyone holding its key, can send.
+fn resigned(resp: &[u8], sig_oid: &[u8], md: &str, tag: &str) -> Vec<u8> {
+    let pki = pki();
+    let mut resp = resp.to_vec();
+    let si = signer_info(&resp);
+    let (attrs, sig_alg, sig) = (si[3], si[4], si[5]);
+    let (h, l) = der_header(&resp, attrs);
+    let mut signed = resp[attrs..attrs + h + l].to_vec();
+    signed[0] = 0x31; // [0] IMPLICIT → SET OF, as signed
+    let oid = der_children(&resp, sig_alg)[0];
+    let (h, l) = der_header(&resp, oid);
+    assert_eq!(l, sig_oid.len());
+    resp[oid + h..oid + h + l].copy_from_slice(sig_oid);
+    let attrs_file = format!("resign-{tag}.der");
+    let sig_file = format!("resign-{tag}.sig");
+    std::fs::write(pki.path(&attrs_file), &signed).unwrap();
+    openssl_ok(
+        pki.dir.path(),
+        &[
+            "dgst",
+            &format!("-{md}"),
+            "-sign",
+            "rsa.key",
+            "-out",
+            &sig_file,
+            &attrs_file,
+        ],
+    );
+    let new_sig = std::fs::read(pki.path(&sig_file)).unwrap();
+    let (h, l) = der_header(&resp, sig);
+    assert_eq!(l, new_sig.len());
+    resp[sig + h..sig + h + l].copy_from_slice(&new_sig);
+    resp
+}
+
+/// sha256WithRSAEncryption and sha384WithRSAEncryption, as OID contents.
+const SHA256_WITH_RSA: [u8; 9] = [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0b];
+const SHA384_WITH_RSA: [u8; 9] = [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0c];
+
+#[test]
+fn sha1_as_the_signer_digest_is_refused() {
+    let pki = pki();
+    // OpenSSL's own answer with `signer_digest = sha1`.
+    let (req, resp) = stamp("/sha1", HashAlg::Sha256, b"what ran");
+    let err = verify_response(&resp, &req, &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::Sha1Digest), "{err}");
+    assert!(err.to_string().contains("SHA-1"), "{err}");
+    // The same answer signed again over SHA-256 and named sha256WithRSAEncryption: the
+    // messageDigest stays SHA-1 of the TSTInfo. OpenSSL refuses it; so does this crate.
+    let forged = resigned(&resp, &SHA256_WITH_RSA, "sha256", "sha1");
+    let (ok, text) = openssl_verdict(&req, &forged, "rsa.pem", "sha1-forged");
+    assert!(!ok, "openssl ts -verify accepted it: {text}");
+    let err = verify_response(&forged, &req, &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::Sha1Digest), "{err}");
+}
+
+#[test]
+fn a_signature_hash_other_than_the_digest_is_refused() {
+    let pki = pki();
+    let (req, resp) = stamp("/rsa", HashAlg::Sha256, b"what ran");
+    // Named and signed with the digest's own hash, the re-signed answer still verifies
+    // (so the surgery itself is sound)...
+    let same = resigned(&resp, &SHA256_WITH_RSA, "sha256", "same");
+    verify_response(&same, &req, &pki.root(), &[]).unwrap();
+    // ...but a SHA-384 signature over a SHA-256 digest does not, here or in OpenSSL.
+    let forged = resigned(&resp, &SHA384_WITH_RSA, "sha384", "mismatch");
+    let (ok, text) = openssl_verdict(&req, &forged, "rsa.pem", "mismatch");
+    assert!(!ok, "openssl ts -verify accepted it: {text}");
+    let err = verify_response(&forged, &req, &pki.root(), &[]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::SignatureDigestMismatch {
+                signature_hash: "SHA-384",
+                digest: "SHA-256",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("1.2.840.113549.1.1.12"), "{err}");
+}
+
+/// A TSTInfo with `ext` (one Extension, DER) appended as `extensions [1]`.
+fn with_extension(tst: &[u8], ext: &[u8]) -> Vec<u8> {
+    let (h, l) = der_header(tst, 0);
+    let mut content = tst[h..h + l].to_vec();
+    content.extend(der_tlv(0xa1, ext));
+    der_tlv(0x30, &content)
+}
+
+#[test]
+fn unknown_critical_tstinfo_extensions_are_refused() {
+    let pki = pki();
+    let oid = der_tlv(0x06, &[0x2a, 0x03, 0x04, 0x63]); // 1.2.3.4.99
+    let value = der_tlv(0x04, &der_tlv(0x05, &[]));
+    let critical = der_tlv(0x30, &[&oid[..], &[0x01, 0x01, 0xff], &value].concat());
+    let (req, token) = cms_token_edited("critext", "rsa.pem", true, &|tst| {
+        with_extension(tst, &critical)
+    });
+    let err = verify_token(&token, req.imprint(), Some(req.nonce()), &pki.root(), &[]).unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownCriticalExtension { oid } if oid == "1.2.3.4.99"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("1.2.3.4.99"), "{err}");
+    // The same extension not marked critical is skipped.
+    let plain = der_tlv(0x30, &[&oid[..], &value].concat());
+    let (req, token) = cms_token_edited("plainext", "rsa.pem", true, &|tst| {
+        with_extension(tst, &plain)
+    });
+    verify_token(&token, req.imprint(), Some(req.nonce()), &pki.root(), &[]).unwrap();
+}
+
+#[test]
+fn an_impossible_gen_time_is_refused() {
+    let pki = pki();
+    let (req, token) = cms_token_edited("day31", "rsa.pem", true, &|tst| {
+        let mut tst = tst.to_vec();
+        let gen = der_children(&tst, 0)[4];
+        let (h, l) = der_header(&tst, gen);
+        let now = String::from_utf8(tst[gen + h..gen + h + l].to_vec()).unwrap();
+        assert_eq!(l, 15, "a genTime without fraction: {now}");
+        // Day 31 of the next 30-day month: read as the first of the month after it, that
+        // day is inside the TSA certificate's year, so only the calendar can refuse it.
+        let year: u32 = now[..4].parse().unwrap();
+        let bad = [year, year + 1]
+            .into_iter()
+            .flat_map(|y| [4u32, 6, 9, 11].map(|m| (y, m)))
+            .find(|&(y, m)| format!("{y:04}{:02}01120000Z", m + 1) > now)
+            .map(|(y, m)| format!("{y:04}{m:02}31120000Z"))
+            .unwrap();
+        tst[gen + h..gen + h + l].copy_from_slice(bad.as_bytes());
+        tst
+    });
+    let err = verify_token(&token, req.imprint(), Some(req.nonce()), &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::ImpossibleTime { .. }), "{err}");
+    assert!(err.to_string().contains("has no day 31"), "{err}");
+}
+
+#[test]
+fn an_issuer_without_key_cert_sign_or_over_its_path_length_is_refused() {
+    let pki = pki();
+    let (req, resp) = stamp("/undernokcs", HashAlg::Sha256, b"what ran");
+    let (ok, text) = openssl_verdict(&req, &resp, "under-nokcs.pem", "nokcs");
+    assert!(!ok, "openssl ts -verify accepted it: {text}");
+    let err = verify_response(&resp, &req, &pki.root(), &[]).unwrap_err();
+    assert!(matches!(err, Error::IssuerKeyUsage { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("CN=plimsoll test CA without keyCertSign would issue"),
+        "{err}"
+    );
+    let (req, resp) = stamp("/underpl0", HashAlg::Sha256, b"what ran");
+    let (ok, text) = openssl_verdict(&req, &resp, "under-pl0.pem", "pl0");
+    assert!(!ok, "openssl ts -verify accepted it: {text}");
+    let err = verify_response(&resp, &req, &pki.root(), &[]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::PathLenExceeded {
+                path_len: 0,
+                found: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("CN=plimsoll test CA pathlen 0"),
+        "{err}"
+    );
+    // Pinned at the CA below the constraint, the chain no longer passes the pathlen:0 CA.
+    verify_response(&resp, &req, &[pki.der("pl0sub.pem")], &[]).unwrap();
 }
