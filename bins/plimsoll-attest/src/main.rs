@@ -31,7 +31,9 @@ Exit codes:
   4  could not reach the daemon or the time-stamp authority: nothing was sent or recorded
 
 The caller token comes from PLIMSOLL_CALLER_TOKEN (or --token-file); the signing key from
---key FILE or PLIMSOLL_ATTEST_KEY (the PEM itself, or a path to it). Keys are never printed.
+--key FILE or PLIMSOLL_ATTEST_KEY (the PEM itself, or a path to it); a key file its group or
+others may read or write is refused (chmod 600 it, or pass --allow-shared-key). Keys are
+never printed.
 Single-dash long flags (-daemon, -key, -bundle, -pub, -expect, ...) work like --daemon, ...";
 
 /// Signs checked run records into chained bundles, time-stamps them, verifies them.

@@ -37,6 +37,10 @@ pub struct BundleArgs {
     /// Append to a bundle that others may read (group- or world-accessible).
     #[arg(long)]
     shared_bundle: bool,
+    /// Use a signing key file its group or others may read or write (refused otherwise:
+    /// `chmod 600` it).
+    #[arg(long)]
+    allow_shared_key: bool,
     /// Print the outcome as one JSON object.
     #[arg(long)]
     json: bool,
@@ -165,7 +169,7 @@ impl Opened {
 }
 
 fn open_bundle(b: &BundleArgs) -> Result<Opened, Fail> {
-    let key = keyfile::signing_key(b.key.as_deref())?;
+    let key = keyfile::signing_key(b.key.as_deref(), b.allow_shared_key)?;
     let (appender, report) = Appender::open(&b.bundle, key.clone(), b.shared_bundle)
         .map_err(|e| Fail::usage(format!("--bundle {}: {e}", b.bundle.display())))?;
     if report.truncated_bytes > 0 {

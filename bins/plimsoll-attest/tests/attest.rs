@@ -498,6 +498,123 @@ async fn replay_resends_single_runs_and_compares_results() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keygen_force_replaces_a_symlink_never_writing_through_it() {
+    let w = World::start().await;
+    let victim = w.write("victim.txt", "precious\n");
+    let victim_pub = w.write("victim-pub.txt", "also precious\n");
+    std::os::unix::fs::symlink(&victim, w.path("harness.key")).unwrap();
+    std::os::unix::fs::symlink(&victim_pub, w.path("harness.pub")).unwrap();
+    // Without --force a symbolic link is an existing name: refused.
+    let o = w.attest(&["keygen", "--out", "harness"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
+    // With --force the links are replaced, the files they pointed to untouched.
+    ok(&w.attest(&["keygen", "--out", "harness", "--force"]));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert_eq!(
+        std::fs::read_to_string(&victim_pub).unwrap(),
+        "also precious\n"
+    );
+    for (name, mode, text) in [
+        ("harness.key", 0o600, "PRIVATE KEY"),
+        ("harness.pub", 0o644, "PUBLIC KEY"),
+    ] {
+        let meta = std::fs::symlink_metadata(w.path(name)).unwrap();
+        assert!(meta.file_type().is_file(), "{name} is a regular file");
+        assert_eq!(meta.permissions().mode() & 0o777, mode, "{name}");
+        let pem = std::fs::read_to_string(w.path(name)).unwrap();
+        assert!(pem.contains(text), "{name}: {pem}");
+    }
+    // A key file that was world-readable is replaced by a private one; no temporary is left.
+    std::fs::set_permissions(
+        w.path("harness.key"),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    ok(&w.attest(&["keygen", "--out", "harness", "--force"]));
+    let mode = std::fs::metadata(w.path("harness.key"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let left: Vec<_> = std::fs::read_dir(w.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".tmp-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signing_key_others_may_read_is_refused_unless_allowed() {
+    let w = World::start().await;
+    ok(&w.attest(&["keygen", "--out", "harness"]));
+    w.write("js.json", r#"{"javascript":{"code":"console.log(1)"}}"#);
+    let addr = w.addr();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--daemon",
+            addr.as_str(),
+            "--key",
+            "harness.key",
+            "--bundle",
+            "b.jsonl",
+        ];
+        args.extend_from_slice(extra);
+        args.push("js.json");
+        w.attest(&args)
+    };
+    for mode in [0o640, 0o604, 0o620] {
+        std::fs::set_permissions(w.path("harness.key"), std::fs::Permissions::from_mode(mode))
+            .unwrap();
+        let o = run(&[]);
+        assert_eq!(code(&o), 2, "{mode:o}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("--key harness.key"), "{e}");
+        assert!(e.contains(&format!("mode {mode:04o}")), "{e}");
+        assert!(e.contains("chmod 600 harness.key"), "{e}");
+        assert!(e.contains("--allow-shared-key"), "{e}");
+        assert!(!w.path("b.jsonl").exists(), "nothing was appended");
+    }
+    // The same file named by PLIMSOLL_ATTEST_KEY.
+    let key_path = w.path("harness.key").display().to_string();
+    let o = Command::new(env!("CARGO_BIN_EXE_plimsoll-attest"))
+        .args(["run", "--daemon", &addr, "--bundle", "b.jsonl", "js.json"])
+        .current_dir(w.dir.path())
+        .env("PLIMSOLL_CALLER_TOKEN", w.setup.token(0))
+        .env("PLIMSOLL_ATTEST_KEY", &key_path)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("PLIMSOLL_ATTEST_KEY"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("chmod 600"), "{}", stderr(&o));
+    // The flag says so; --help lists it.
+    ok(&run(&["--allow-shared-key"]));
+    let help = ok(&w.attest(&["run", "--help"]));
+    assert!(help.contains("--allow-shared-key"), "{help}");
+    let help = ok(&w.attest(&["session", "--help"]));
+    assert!(help.contains("--allow-shared-key"), "{help}");
+    // Back to 0600: signs without the flag.
+    std::fs::set_permissions(
+        w.path("harness.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    ok(&run(&[]));
+    ok(&w.attest(&[
+        "verify",
+        "--pub",
+        "harness.pub",
+        "--expect-count",
+        "2",
+        "b.jsonl",
+    ]));
+    w.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_mistakes_get_messages_that_say_what_to_fix_and_leak_nothing() {
     let w = World::start().await;
     ok(&w.attest(&["keygen", "--out", "harness"]));

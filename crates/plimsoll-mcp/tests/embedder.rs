@@ -27,7 +27,8 @@ async fn call_files_change_at_run_time_for_fresh_and_session_calls() {
         .start(&[
             ("SANDBOX_MAX_SESSIONS", "2"),
             ("SANDBOX_MAX_SESSIONS_PER_CALLER", "2"),
-        ]).await;
+        ])
+        .await;
     let client = Client::connect(
         &format!("http://{}", daemon.rpc_addr()),
         ClientOptions {

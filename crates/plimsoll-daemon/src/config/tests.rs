@@ -376,7 +376,12 @@ fn per_caller_cap_is_a_quarter_unless_set_and_zero_opts_out() {
     for (max, want) in [("1", 1), ("3", 1), ("4", 1), ("8", 2), ("9", 2), ("64", 16)] {
         assert_eq!(per_caller(&[("SANDBOX_MAX_SESSIONS", max)]), want, "{max}");
     }
-    let set = |v| per_caller(&[("SANDBOX_MAX_SESSIONS", "8"), ("SANDBOX_MAX_SESSIONS_PER_CALLER", v)]);
+    let set = |v| {
+        per_caller(&[
+            ("SANDBOX_MAX_SESSIONS", "8"),
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", v),
+        ])
+    };
     assert_eq!(set("0"), 0, "an explicit 0 is no cap of its own");
     assert_eq!(set("5"), 5);
     assert_eq!(set(" "), 2, "blank is unset");
