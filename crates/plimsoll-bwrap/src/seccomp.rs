@@ -599,10 +599,10 @@ mod tests {
 
         // ioctl: TIOCSTI and TIOCLINUX refused, the rest (TCGETS, FIONBIO, FIOCLEX) pass.
         let ioctl = libc::SYS_ioctl;
-        assert_eq!(run(ioctl, 0, libc::TIOCSTI as u64, 0), EPERM);
-        assert_eq!(run(ioctl, 0, libc::TIOCLINUX as u64, 0), EPERM);
+        assert_eq!(run(ioctl, 0, libc::TIOCSTI, 0), EPERM);
+        assert_eq!(run(ioctl, 0, libc::TIOCLINUX, 0), EPERM);
         for ok in [libc::TCGETS, libc::FIONBIO, libc::FIOCLEX, libc::TIOCGWINSZ] {
-            assert_eq!(run(ioctl, 1, ok as u64, 0), RET_ALLOW, "ioctl {ok:#x}");
+            assert_eq!(run(ioctl, 1, ok, 0), RET_ALLOW, "ioctl {ok:#x}");
         }
 
         // execveat: refused with AT_EMPTY_PATH (executing an open file), allowed with a path.
@@ -715,7 +715,7 @@ mod tests {
             } else {
                 0
             };
-            assert_eq!(run(nr, arg0, libc::FIONBIO as u64, 0), RET_ALLOW, "{nr}");
+            assert_eq!(run(nr, arg0, libc::FIONBIO, 0), RET_ALLOW, "{nr}");
         }
     }
 
