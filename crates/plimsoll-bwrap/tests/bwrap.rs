@@ -236,6 +236,192 @@ print('clone_newuser', r, ctypes.get_errno() if r == -1 else 0)
     p.shutdown().await;
 }
 
+/// Runs `code` as `calls.py` in a fresh sandbox and reads its lines `name result errno`.
+async fn python_calls(code: &str) -> (std::collections::HashMap<String, (i64, i64)>, String) {
+    let (_d, state) = state_dir();
+    let p = started(config(&state)).await;
+    let r = as_project(
+        p.run(
+            Work::Project(pb::ProjectRun {
+                files: vec![pb::ProjectFile {
+                    path: "calls.py".into(),
+                    content: code.into(),
+                }],
+                steps: vec!["python3 calls.py".into()],
+                artifacts: vec![],
+                grant_profile: String::new(),
+            }),
+            T,
+        )
+        .await
+        .unwrap(),
+    );
+    p.shutdown().await;
+    let out = stdout(&r, 0);
+    let err = String::from_utf8_lossy(&r.steps[0].stderr).into_owned();
+    let got = out
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].to_owned(),
+                (f[1].parse().unwrap(), f[2].parse().unwrap()),
+            )
+        })
+        .collect();
+    (got, format!("{out}\n{err}"))
+}
+
+/// The allowlist's argument rules and the calls it refuses that the deny list allowed
+/// (issue 35), each answered `EPERM` where the kernel alone would have answered otherwise
+/// (so the answer is the filter's), and what must keep working.
+#[tokio::test]
+async fn the_allowlist_refuses_personas_socket_families_ioctls_and_numa_calls() {
+    let Some(_) = bwrap() else { return };
+    let code = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+arm = os.uname().machine == 'aarch64'
+def call(name, nr, *args):
+    r = libc.syscall(nr, *args)
+    print(name, r, ctypes.get_errno() if r == -1 else 0)
+    return r
+SOCKET, SOCKETPAIR, IOCTL = (198, 199, 29) if arm else (41, 53, 16)
+PERSONALITY = 92 if arm else 135
+call('personality_read_implies_exec', PERSONALITY, 0x0400000)
+call('personality_query', PERSONALITY, 0xffffffff)
+for name, family, kind in [('unix', 1, 1), ('inet', 2, 2), ('inet6', 10, 2), ('netlink', 16, 3)]:
+    fd = call('socket_' + name, SOCKET, family, kind, 0)
+    if fd >= 0:
+        os.close(fd)
+for name, family in [('packet', 17), ('key', 15), ('bluetooth', 31)]:
+    call('socket_' + name, SOCKET, family, 3, 0)
+pair = (ctypes.c_int * 2)()
+call('socketpair_unix', SOCKETPAIR, 1, 1, 0, pair)
+call('socketpair_packet', SOCKETPAIR, 17, 3, 0, pair)
+# Every other family, whatever the kernel would say (most are EAFNOSUPPORT without it).
+others = [f for f in range(46) if f not in (1, 2, 10, 16)]
+answered = [libc.syscall(SOCKET, f, 2, 0) == -1 and ctypes.get_errno() == 1 for f in others]
+print('other_families_eperm', sum(answered), len(others))
+null = os.open('/dev/null', os.O_RDWR)
+c = ctypes.c_char(b'x')
+call('ioctl_tiocsti', IOCTL, null, 0x5412, ctypes.byref(c))
+call('ioctl_tioclinux', IOCTL, null, 0x541C, ctypes.byref(c))
+one = ctypes.c_int(1)
+r, w = os.pipe()
+call('ioctl_fionbio', IOCTL, r, 0x5421, ctypes.byref(one))
+if not arm:
+    call('modify_ldt', 154, 0, ctypes.create_string_buffer(64), 64)
+    call('sysfs', 139, 3)
+call('get_mempolicy', 236 if arm else 239, None, None, 0, None, 0)
+call('set_mempolicy', 237 if arm else 238, 0, None, 0)
+call('mbind', 235 if arm else 237, None, 0, 0, None, 0, 0)
+call('move_pages', 239 if arm else 279, 0, 0, None, None, None, 0)
+call('memfd_secret', 447, 0)
+call('quotactl_fd', 443, null, 0, 0, None)
+call('getpid', 172 if arm else 39)
+"#;
+    let (got, out) = python_calls(code).await;
+    let eperm = (-1, 1);
+    let mut refused = vec![
+        "personality_read_implies_exec",
+        "socket_packet",
+        "socket_key",
+        "socket_bluetooth",
+        "socketpair_packet",
+        "ioctl_tiocsti",
+        "ioctl_tioclinux",
+        "get_mempolicy",
+        "set_mempolicy",
+        "mbind",
+        "move_pages",
+        "memfd_secret",
+        "quotactl_fd",
+    ];
+    if cfg!(target_arch = "x86_64") {
+        refused.extend(["modify_ldt", "sysfs"]);
+    }
+    for name in refused {
+        assert_eq!(
+            got.get(name),
+            Some(&eperm),
+            "{name} must fail with EPERM: {out}"
+        );
+    }
+    let (n, of) = got["other_families_eperm"];
+    assert_eq!(
+        n, of,
+        "every other socket family must fail with EPERM: {out}"
+    );
+    for works in [
+        "socket_unix",
+        "socket_inet",
+        "socket_inet6",
+        "socket_netlink",
+        "personality_query",
+        "getpid",
+    ] {
+        assert!(got[works].0 >= 0, "{works} must work: {out}");
+    }
+    assert_eq!(got["socketpair_unix"], (0, 0), "{out}");
+    assert_eq!(got["ioctl_fionbio"], (0, 0), "{out}");
+}
+
+/// A copy of `/bin/true` in a `memfd` does not run. A `memfd` can only be made with
+/// `MFD_NOEXEC_SEAL` (not plain, not with `MFD_EXEC`): the Landlock layer does not cover
+/// `memfd`s, and a plain one ran through `/proc/self/fd/N` before this rule. `execveat` on
+/// the descriptor (`AT_EMPTY_PATH`, and glibc's `fexecve`, which uses it) is refused by the
+/// filter; `/proc/self/fd/N` by the kernel, since the `memfd` is sealed non-executable.
+/// `execveat` with a path still runs a system program.
+#[tokio::test]
+async fn a_binary_copied_into_a_memfd_does_not_run() {
+    let Some(_) = bwrap() else { return };
+    let code = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+arm = os.uname().machine == 'aarch64'
+MEMFD_CREATE, EXECVEAT = (279, 281) if arm else (319, 322)
+for name, flags in [('memfd_create_mfd_exec', 0x10), ('memfd_create_plain', 0)]:
+    r = libc.syscall(MEMFD_CREATE, b'copy', flags)
+    print(name, r, ctypes.get_errno() if r == -1 else 0)
+fd = os.memfd_create('copy', 0x8)  # MFD_NOEXEC_SEAL
+with open('/bin/true', 'rb') as f:
+    os.write(fd, f.read())
+argv = (ctypes.c_char_p * 2)(b'copy', None)
+envp = (ctypes.c_char_p * 1)(None)
+def execveat(dirfd, path, flags):
+    if libc.syscall(EXECVEAT, dirfd, path, argv, envp, flags) == -1:
+        raise OSError(ctypes.get_errno(), 'execveat')
+def attempt(name, run):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            run()
+        except OSError as e:
+            os.write(1, ('%s -1 %d\n' % (name, e.errno)).encode())
+            os._exit(3)
+        os._exit(4)
+    status = os.waitpid(pid, 0)[1]
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        print(name, 0, 0)
+attempt('execveat_empty_path', lambda: execveat(fd, b'', 0x1000))
+attempt('fexecve', lambda: os.execve(fd, ['copy'], {}))
+attempt('execve_proc_self_fd', lambda: os.execv('/proc/self/fd/%d' % fd, ['copy']))
+attempt('execveat_path', lambda: execveat(-100, b'/bin/true', 0))
+"#;
+    let (got, out) = python_calls(code).await;
+    assert_eq!(got.len(), 6, "{out}");
+    // The filter's answers.
+    assert_eq!(got["memfd_create_mfd_exec"], (-1, 1), "{out}");
+    assert_eq!(got["memfd_create_plain"], (-1, 1), "{out}");
+    assert_eq!(got["execveat_empty_path"], (-1, 1), "{out}");
+    assert_eq!(got["fexecve"], (-1, 1), "{out}");
+    // The kernel's: the sealed memfd has no execute permission (EACCES).
+    assert_eq!(got["execve_proc_self_fd"], (-1, 13), "{out}");
+    // A system program still runs through execveat (and the harness sees a run).
+    assert_eq!(got["execveat_path"], (0, 0), "{out}");
+}
+
 #[tokio::test]
 async fn the_code_is_not_root_on_the_host() {
     let Some(_) = bwrap() else { return };
