@@ -137,8 +137,8 @@ impl<S> Conn<S> {
             } else if st.in_flight.load(Ordering::SeqCst) > 0 {
                 now + self.idle_timeout
             } else {
-                let since = st.epoch
-                    + Duration::from_millis(st.idle_since_ms.load(Ordering::SeqCst));
+                let since =
+                    st.epoch + Duration::from_millis(st.idle_since_ms.load(Ordering::SeqCst));
                 let deadline = since + self.idle_timeout;
                 if now >= deadline {
                     self.expire("no request in flight for the idle timeout");

@@ -71,8 +71,8 @@ impl Limits {
 }
 
 fn soft_nofile() -> Option<u64> {
-    let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .ok()?;
+    let (soft, _) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).ok()?;
     (soft != nix::sys::resource::RLIM_INFINITY).then_some(soft)
 }
 
