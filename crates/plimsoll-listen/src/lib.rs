@@ -98,7 +98,8 @@ mod tests {
         assert_eq!(fit(4096, Some(1024), 50), 384);
         assert_eq!(fit(100, Some(1024), 50), 100);
         // Tiny limits keep 64 back and still allow one connection.
-        assert_eq!(fit(10, Some(80), 100), 10.min(16));
+        assert_eq!(fit(10, Some(80), 100), 10);
+        assert_eq!(fit(40, Some(80), 100), 16);
         assert_eq!(fit(10, Some(32), 100), 1);
         assert_eq!(fit(10, None, 100), 10);
     }
