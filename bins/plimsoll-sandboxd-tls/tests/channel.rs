@@ -572,6 +572,7 @@ fn a_client_that_never_finishes_the_handshake_does_not_hold_the_slot() {
                 ("PLIMSOLL_SANDBOXD_TLS_MAX_HANDSHAKES", "1".into()),
                 ("PLIMSOLL_SANDBOXD_TLS_HANDSHAKE_TIMEOUT_MS", "300".into()),
             ],
+            ..Default::default()
         },
     );
     // Occupies the only handshake slot: a TLS record header, then silence.
@@ -610,6 +611,7 @@ fn stalled_handshakes_up_to_their_bound_do_not_stop_a_real_client() {
                     "3600000".into(),
                 ),
             ],
+            ..Default::default()
         },
     );
     // Each stalled client sends a TLS record header, then silence. They connect first, so
@@ -650,6 +652,7 @@ fn an_idle_connection_is_closed() {
         &ca.leaf(&[SERVER_NAME]),
         PodOpts {
             env: vec![("PLIMSOLL_SANDBOXD_TLS_IDLE_TIMEOUT_MS", "300".into())],
+            ..Default::default()
         },
     );
     let (mut conn, mut sock) = raw_handshake(

@@ -114,9 +114,39 @@ struct Flags {
     /// directory. The log states what the kernel enforced.
     #[arg(long)]
     landlock: bool,
+    /// Connections open at once on each listener (lowered to fit RLIMIT_NOFILE); more wait
+    /// in the listen backlog until one closes.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Close a connection whose first request has not come within this many milliseconds
+    /// (0: never) [default: 10000 on TCP and --terminator-socket, never on --unix-socket,
+    /// where plimsolld connects when the sandbox starts and may call much later].
+    #[arg(long, value_name = "MS")]
+    header_timeout_ms: Option<u64>,
+    /// Close a connection with no call in flight for this many milliseconds; pings do not
+    /// count (0: never) [default: 600000 on TCP and --terminator-socket, never on
+    /// --unix-socket, where plimsolld keeps one connection for a whole session].
+    #[arg(long, value_name = "MS")]
+    idle_timeout_ms: Option<u64>,
     /// Log format: `text` or `json` [default: text on a terminal, json otherwise].
     #[arg(long, value_name = "FORMAT", value_enum)]
     log_format: Option<plimsoll_log::LogFormat>,
+}
+
+impl Flags {
+    /// A listener's limits: `defaults` with the flags that were given.
+    fn limits(&self, defaults: plimsoll_sandboxd::Limits) -> plimsoll_sandboxd::Limits {
+        let ms = |v: Option<u64>, d: Duration| match v {
+            None => d,
+            Some(0) => plimsoll_sandboxd::NEVER,
+            Some(ms) => Duration::from_millis(ms),
+        };
+        plimsoll_sandboxd::Limits {
+            max_connections: self.max_connections as usize,
+            header_timeout: ms(self.header_timeout_ms, defaults.header_timeout),
+            idle_timeout: ms(self.idle_timeout_ms, defaults.idle_timeout),
+        }
+    }
 }
 
 /// The languages sandboxd can run; `--languages` accepts only these.
@@ -427,6 +457,7 @@ async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
                 listener,
                 nix::unistd::geteuid().as_raw(),
                 route,
+                flags.limits(plimsoll_sandboxd::DEFAULT_LIMITS),
                 async move {
                     let _ = rx.wait_for(|s| *s).await;
                 },
@@ -465,7 +496,13 @@ async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
                     tracing::warn!("cannot open unix:{} to other users: {e}", path.display());
                 }
                 tracing::info!("listening on unix:{}", path.display());
-                plimsoll_sandboxd::serve_unix(listener, route, shutdown).await
+                plimsoll_sandboxd::serve_unix(
+                    listener,
+                    route,
+                    flags.limits(plimsoll_sandboxd::UNIX_SOCKET_LIMITS),
+                    shutdown,
+                )
+                .await
             }
             None => {
                 let addr = SocketAddr::new(flags.listen_host, flags.grpc_port);
@@ -475,7 +512,13 @@ async fn serve(flags: Flags, runner: Arc<Runner>, auth: Auth) -> ExitCode {
                 })?;
                 let bound = listener.local_addr().unwrap_or(addr);
                 tracing::info!("listening on {bound}");
-                plimsoll_sandboxd::serve_tcp(listener, route, shutdown).await
+                plimsoll_sandboxd::serve_tcp(
+                    listener,
+                    route,
+                    flags.limits(plimsoll_sandboxd::DEFAULT_LIMITS),
+                    shutdown,
+                )
+                .await
             }
         }
         .map_err(|e| {

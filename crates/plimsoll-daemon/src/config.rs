@@ -43,6 +43,18 @@ pub const DAEMON_VARIABLES: &[Variable] = &[
     ),
     ("PLIMSOLL_TLS_KEY", "PEM private key for PLIMSOLL_TLS_CERT"),
     (
+        "PLIMSOLL_MAX_CONNECTIONS",
+        "RPC connections open at once (default 512, lowered to fit RLIMIT_NOFILE); more wait in the listen backlog",
+    ),
+    (
+        "PLIMSOLL_HEADER_TIMEOUT_MS",
+        "close a connection whose TLS handshake, HTTP/2 preface and first request are not in within this (default 10000; RPC and metrics listeners)",
+    ),
+    (
+        "PLIMSOLL_IDLE_TIMEOUT_MS",
+        "close a connection with no request in flight for this long; pings do not count (default 120000; RPC and metrics listeners)",
+    ),
+    (
         "PLIMSOLL_HARDENED",
         "1 refuses to start unless every production safeguard is set",
     ),
@@ -165,6 +177,32 @@ pub struct Config {
     pub process_grants_trust_all_callers: bool,
     /// Sessions: caps, lifetimes, disk (`SANDBOX_MAX_SESSIONS` 0 turns them off).
     pub sessions: crate::sessions::SessionSettings,
+    /// The RPC listener's limits (`PLIMSOLL_MAX_CONNECTIONS`, `PLIMSOLL_HEADER_TIMEOUT_MS`,
+    /// `PLIMSOLL_IDLE_TIMEOUT_MS`); the metrics listener takes the same timeouts and
+    /// [`METRICS_MAX_CONNECTIONS`].
+    pub doors: plimsoll_listen::Limits,
+}
+
+/// The RPC listener's limits when no variable says otherwise: 512 connections, 10 s to the
+/// first request, 120 s with no request in flight.
+pub const DEFAULT_DOORS: plimsoll_listen::Limits = plimsoll_listen::Limits {
+    max_connections: 512,
+    header_timeout: Duration::from_secs(10),
+    idle_timeout: Duration::from_secs(120),
+};
+
+/// Connections the metrics listener (`/healthz`, `/readyz`, `/metrics`) serves at once.
+pub const METRICS_MAX_CONNECTIONS: usize = 16;
+
+/// The listeners' limits from `PLIMSOLL_MAX_CONNECTIONS`, `PLIMSOLL_HEADER_TIMEOUT_MS` and
+/// `PLIMSOLL_IDLE_TIMEOUT_MS` (each at least 1).
+fn doors(v: &Vars<'_>) -> Result<plimsoll_listen::Limits, ConfigError> {
+    let d = DEFAULT_DOORS;
+    Ok(plimsoll_listen::Limits {
+        max_connections: v.positive("PLIMSOLL_MAX_CONNECTIONS", d.max_connections)?,
+        header_timeout: v.millis("PLIMSOLL_HEADER_TIMEOUT_MS", d.header_timeout)?,
+        idle_timeout: v.millis("PLIMSOLL_IDLE_TIMEOUT_MS", d.idle_timeout)?,
+    })
 }
 
 /// Whether an address is loopback (`127.0.0.0/8`, `::1`). An unspecified address is not.
@@ -339,6 +377,7 @@ impl Config {
             shared,
             shutdown_grace: Duration::from_secs(310),
             sessions,
+            doors: doors(&v)?,
         })
     }
 
@@ -364,6 +403,7 @@ impl Config {
             grants: plimsoll_grants::Grants::empty(),
             process_grants_trust_all_callers: false,
             sessions: crate::sessions::SessionSettings::default(),
+            doors: DEFAULT_DOORS,
         }
     }
 

@@ -410,6 +410,21 @@ pub async fn start_with(
     };
     let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
 
+    // The RPC listener may take three quarters of the descriptors left after the reserve,
+    // the metrics listener a few; runs, relays and the provider keep the rest.
+    let rpc_limits = cfg.doors.fit_to_descriptors(75);
+    let metrics_limits = plimsoll_listen::Limits {
+        max_connections: crate::config::METRICS_MAX_CONNECTIONS,
+        ..cfg.doors
+    }
+    .fit_to_descriptors(5);
+    tracing::info!(
+        max_connections = rpc_limits.max_connections,
+        header_timeout_ms = rpc_limits.header_timeout.as_millis() as u64,
+        idle_timeout_ms = rpc_limits.idle_timeout.as_millis() as u64,
+        "RPC listener limits"
+    );
+
     let stop = Arc::new(Notify::new());
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
@@ -421,14 +436,18 @@ pub async fn start_with(
     // Health and reflection sit beside the authenticated service, outside its interceptor:
     // probes and schema tools carry no token. Same listener, same TLS.
     let (health, health_svc) = HealthDoor::serving().await;
+    // Every request is counted against its connection, so a connection with none in flight
+    // for PLIMSOLL_IDLE_TIMEOUT_MS (pings do not count) is closed (plimsoll_listen).
     let router = builder
+        .layer(plimsoll_listen::TrackLayer)
         .add_service(svc)
         .add_service(health_svc)
         .add_optional_service(cfg.reflection.then(doors::reflection_v1))
         .add_optional_service(cfg.reflection.then(doors::reflection_v1alpha));
-    // Nagle's algorithm with the peer's delayed ACK holds a small answer for ~40 ms: every
-    // accepted connection gets TCP_NODELAY.
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    // A connection cap (more wait in the listen backlog, so connections alone never use up
+    // the descriptors), the header and idle deadlines, and a pause after accept errors.
+    // Every accepted connection gets TCP_NODELAY.
+    let incoming = plimsoll_listen::Incoming::new(listener, rpc_limits, "PLIMSOLL_ADDR");
     let stop_rpc = stop.clone();
     let rpc = tokio::spawn(async move {
         router
@@ -463,11 +482,7 @@ pub async fn start_with(
                     async move { m.render(&name, tier) }
                 }),
             );
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(l, app).await {
-                tracing::error!(error = %e, "metrics listener ended");
-            }
-        })
+        tokio::spawn(serve_metrics(l, app, metrics_limits))
     });
     tracing::info!(addr = %rpc_addr, metrics = ?metrics_addr, provider = %facts.name,
         isolation = facts.tier.map_or("none", |t| t.as_str()), protocol = plimsoll_core::PROTOCOL,
@@ -484,4 +499,27 @@ pub async fn start_with(
         provider,
         sessions,
     })
+}
+
+/// The metrics listener: HTTP/1.1 under `limits` (a connection cap, the header and idle
+/// deadlines, a pause after accept errors). Its connections end with the task.
+async fn serve_metrics(listener: TcpListener, app: axum::Router, limits: plimsoll_listen::Limits) {
+    let mut incoming = plimsoll_listen::Incoming::new(listener, limits, "PLIMSOLL_METRICS_ADDR");
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let conn = tokio::select! {
+            conn = incoming.accept() => conn,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(
+            plimsoll_listen::Track::for_connection(app.clone(), conn.tracker()),
+        );
+        conns.spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(conn), svc)
+                .await;
+        });
+    }
 }

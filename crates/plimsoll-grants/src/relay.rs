@@ -28,12 +28,21 @@ pub const SECRET_HEADER: &str = "x-plimsoll-grant-secret";
 /// Set to `refused` on every answer the broker made itself (not the upstream's).
 pub const BROKER_HEADER: &str = "x-plimsoll-broker";
 
-/// Connections one relay serves at once; more are closed unanswered.
+/// Connections one relay serves at once; more wait in the listen backlog until one closes.
 pub const MAX_CONNECTIONS: usize = 32;
 /// How long one forwarded call (headers and body of the answer) may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long the relay waits for a request's headers.
+/// How long the relay waits for a request's headers (a connection's first, and each next).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may stay open with no call in flight.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Every relay's limits ([`MAX_CONNECTIONS`], [`HEADER_TIMEOUT`], [`IDLE_TIMEOUT`]).
+pub const LIMITS: plimsoll_listen::Limits = plimsoll_listen::Limits {
+    max_connections: MAX_CONNECTIONS,
+    header_timeout: HEADER_TIMEOUT,
+    idle_timeout: IDLE_TIMEOUT,
+};
 
 /// Where a relay listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,24 +126,10 @@ pub(crate) async fn open_tcp(state: Arc<RunState>) -> std::io::Result<Relay> {
         state,
         secret: secret.clone(),
     });
-    let accept = tokio::spawn(async move {
-        let mut conns = JoinSet::new();
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => {
-                        let _ = stream.set_nodelay(true);
-                        spawn_conn(&mut conns, stream, shared.clone());
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "grant relay accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            }
-        }
-    });
+    let accept = tokio::spawn(serve(
+        plimsoll_listen::Incoming::new(listener, LIMITS, "grant relay (TCP)"),
+        shared,
+    ));
     Ok(Relay {
         endpoint: Endpoint::Tcp(addr),
         secret,
@@ -151,21 +146,10 @@ pub(crate) async fn open_unix(state: Arc<RunState>, path: &Path) -> std::io::Res
         state,
         secret: secret.clone(),
     });
-    let accept = tokio::spawn(async move {
-        let mut conns = JoinSet::new();
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => spawn_conn(&mut conns, stream, shared.clone()),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "grant relay accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                },
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            }
-        }
-    });
+    let accept = tokio::spawn(serve(
+        plimsoll_listen::Incoming::new(listener, LIMITS, "grant relay (Unix socket)"),
+        shared,
+    ));
     Ok(Relay {
         endpoint: Endpoint::Unix(path.to_owned()),
         secret,
@@ -179,25 +163,39 @@ struct Shared {
     secret: String,
 }
 
-fn spawn_conn<S>(conns: &mut JoinSet<()>, stream: S, shared: Arc<Shared>)
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+/// Serves the relay's connections under [`LIMITS`]: beyond the cap new ones wait in the
+/// backlog; a connection is closed when its first request's headers are not in within
+/// [`HEADER_TIMEOUT`] or no call was in flight for [`IDLE_TIMEOUT`]; accept errors pause
+/// the listener (`plimsoll_listen`). Ends (cutting every connection) when aborted.
+async fn serve<L: plimsoll_listen::Listener>(
+    mut incoming: plimsoll_listen::Incoming<L>,
+    shared: Arc<Shared>,
+) where
+    L::Io: AsyncRead + AsyncWrite + Unpin,
 {
-    if conns.len() >= MAX_CONNECTIONS {
-        return; // dropped: closed unanswered
-    }
-    conns.spawn(async move {
-        let svc = hyper::service::service_fn(move |req| {
+    let mut conns = JoinSet::new();
+    loop {
+        let conn = tokio::select! {
+            conn = incoming.accept() => conn,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        let shared = shared.clone();
+        let svc = tower::service_fn(move |req| {
             let shared = shared.clone();
             async move { Ok::<_, Infallible>(handle(&shared, req).await) }
         });
-        let _ = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_TIMEOUT)
-            .max_buf_size(64 * 1024)
-            .serve_connection(TokioIo::new(stream), svc)
-            .await;
-    });
+        let svc = hyper_util::service::TowerToHyperService::new(
+            plimsoll_listen::Track::for_connection(svc, conn.tracker()),
+        );
+        conns.spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(64 * 1024)
+                .serve_connection(TokioIo::new(conn), svc)
+                .await;
+        });
+    }
 }
 
 fn secret_ok(presented: Option<&HeaderValue>, expected: &str) -> bool {

@@ -537,3 +537,69 @@ async fn a_post_only_grant_cannot_reach_delete_through_a_method_override() {
     // The refusal names no part of the query or body either.
     assert!(!serde_json::to_string(&t).unwrap().contains("DELETE"));
 }
+
+/// The relay's doors (issue 35): more idle connections than its cap and slow ones sending a
+/// byte at a time are all closed (header timeout), a connection kept alive after a call is
+/// closed once idle, and a granted call made behind them still gets through.
+#[tokio::test]
+async fn idle_and_slow_connections_are_closed_and_a_granted_call_still_passes() {
+    use plimsoll_testkit::doors::{attack, still_open_after, until_closed, Attack};
+    let ceiling = plimsoll_grants::relay::HEADER_TIMEOUT
+        + plimsoll_grants::relay::IDLE_TIMEOUT
+        + std::time::Duration::from_secs(30);
+    let (addr, _log) = upstream().await;
+    let dir = tempfile::tempdir().unwrap();
+    let g = grants(
+        &format!(
+            r#"{{"base_url":"http://{addr}","routes":["GET /v1/items/{{id}}"],
+            "allowed_callers":["c"],"credential":{{"env":"API_KEY"}}}}"#
+        ),
+        &[("API_KEY", KEY)],
+        dir.path(),
+    );
+    let relay = g.grant("p", "c").unwrap().open_loopback().await.unwrap();
+    let Endpoint::Tcp(at) = relay.endpoint().clone() else {
+        panic!("a loopback relay")
+    };
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..plimsoll_grants::relay::MAX_CONNECTIONS + 8 {
+        attack(&mut set, at, Attack::Idle).await;
+    }
+    for _ in 0..2 {
+        attack(&mut set, at, Attack::Slow(b"GET /v1/items/1 HTTP/1.1\r\n")).await;
+    }
+    // A call with the secret, then the connection kept alive and idle.
+    let mut kept = tokio::net::TcpStream::connect(at).await.unwrap();
+    kept.write_all(
+        format!(
+            "GET /v1/items/1 HTTP/1.1\r\nhost: relay\r\nx-plimsoll-grant-secret: {}\r\n\r\n",
+            relay.secret()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(r#"{"ok":true}"#) {
+        let n = tokio::time::timeout(ceiling, kept.read(&mut buf))
+            .await
+            .expect("the granted call is answered within the ceiling")
+            .unwrap();
+        assert!(n > 0, "closed before answering: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 201"),
+        "{got:?}"
+    );
+    tokio::time::timeout(ceiling, until_closed(kept))
+        .await
+        .expect("a kept-alive relay connection is closed once idle");
+    assert_eq!(
+        still_open_after(set, ceiling).await,
+        0,
+        "every idle and slow relay connection is closed"
+    );
+    relay.close().await;
+}

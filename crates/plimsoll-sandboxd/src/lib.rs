@@ -14,7 +14,11 @@ pub mod token;
 #[cfg(feature = "provider")]
 pub use client::SessionReply;
 pub use client::{CallError, ConnectFailure, SandboxdClient};
-pub use serve::{serve_tcp, serve_unix, serve_unix_for_uid, SandboxdRoute};
+pub use plimsoll_listen::Limits;
+pub use serve::{
+    serve_tcp, serve_unix, serve_unix_for_uid, SandboxdRoute, DEFAULT_LIMITS, NEVER,
+    UNIX_SOCKET_LIMITS,
+};
 pub use service::{
     Auth, CallCounts, SandboxdService, SESSION_BOUNDARY_FAILED_KEY, SESSION_DISK_BYTES_KEY,
 };

@@ -59,9 +59,14 @@ async fn serve() -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(serve_tcp(listener, route, async {
-        let _ = rx.await;
-    }));
+    tokio::spawn(serve_tcp(
+        listener,
+        route,
+        plimsoll_sandboxd::DEFAULT_LIMITS,
+        async {
+            let _ = rx.await;
+        },
+    ));
     Served {
         addr,
         counts,
@@ -217,7 +222,12 @@ async fn health_reports_the_proven_languages() {
     let route = svc.into_server(Auth::InsecureNoToken);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve_tcp(listener, route, std::future::pending()));
+    tokio::spawn(serve_tcp(
+        listener,
+        route,
+        plimsoll_sandboxd::DEFAULT_LIMITS,
+        std::future::pending(),
+    ));
     let c = SandboxdClient::connect_plain(addr, &Token::new(OLD).unwrap())
         .await
         .unwrap();
@@ -238,7 +248,12 @@ async fn the_unix_socket_variant_runs_javascript() {
     let route = svc.into_server(Auth::Tokens(tokens));
     let sock = dir.path().join("sandboxd.sock");
     let listener = tokio::net::UnixListener::bind(&sock).unwrap();
-    tokio::spawn(serve_unix(listener, route, std::future::pending()));
+    tokio::spawn(serve_unix(
+        listener,
+        route,
+        plimsoll_sandboxd::UNIX_SOCKET_LIMITS,
+        std::future::pending(),
+    ));
     let c = SandboxdClient::connect_unix(&sock, &Token::new(OLD).unwrap())
         .await
         .unwrap();

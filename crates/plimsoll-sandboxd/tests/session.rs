@@ -32,7 +32,12 @@ async fn serve(dir: &Path, session: bool) -> RawClient<tonic::transport::Channel
     let route = svc.into_server(Auth::InsecureNoToken);
     let sock = dir.join("sd.sock");
     let listener = tokio::net::UnixListener::bind(&sock).unwrap();
-    tokio::spawn(serve_unix(listener, route, std::future::pending()));
+    tokio::spawn(serve_unix(
+        listener,
+        route,
+        plimsoll_sandboxd::UNIX_SOCKET_LIMITS,
+        std::future::pending(),
+    ));
     let channel = tonic::transport::Endpoint::from_static("http://sandboxd.invalid")
         .connect_with_connector(tower::service_fn(move |_| {
             let sock = sock.clone();

@@ -12,11 +12,13 @@
 //!   terminator + sandboxd pods.
 //! - [`tsa`]: a live OpenSSL RFC 3161 time-stamp authority on loopback.
 //! - [`python`]: the gate for tests driven by independent Python clients.
+//! - [`doors`]: an attacker's idle, slow and ping-only connections, for listeners' limits.
 
 pub mod bwrap;
 pub mod ca;
 pub mod daemon;
 pub mod docker;
+pub mod doors;
 pub mod fake_cluster;
 pub mod net;
 pub mod plimsolld;

@@ -450,6 +450,7 @@ impl Terminator {
         // past the bound wait in the kernel's accept queue.
         let handshakes = Arc::new(Semaphore::new(cfg.max_handshakes));
         let mut conns = JoinSet::new();
+        let mut backoff = plimsoll_listen::Backoff::new();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -461,6 +462,7 @@ impl Terminator {
                         _ = &mut shutdown => break,
                         accepted = listener.accept() => match accepted {
                             Ok((stream, peer)) => {
+                                backoff.succeeded();
                                 shared.counters.accepted.fetch_add(1, Ordering::Relaxed);
                                 let shared = shared.clone();
                                 conns.spawn(async move {
@@ -468,9 +470,10 @@ impl Terminator {
                                 });
                             }
                             Err(e) => {
-                                limited_warn!(shared.log, "accept failed: {e}");
-                                // EMFILE and friends: do not spin.
-                                tokio::time::sleep(Duration::from_millis(50)).await;
+                                // EMFILE and friends: do not spin; 50 ms doubling to 1 s.
+                                let pause = backoff.failed();
+                                limited_warn!(shared.log, "accept failed: {e}; pausing {pause:?}");
+                                tokio::time::sleep(pause).await;
                             }
                         }
                     }

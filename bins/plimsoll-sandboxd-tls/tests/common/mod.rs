@@ -160,6 +160,8 @@ impl Drop for Proc {
 pub struct Pod {
     pub proc: Proc,
     pub addr: SocketAddr,
+    /// sandboxd's own TCP address behind the terminator (loopback).
+    pub upstream: SocketAddr,
     pub cert_dir: PathBuf,
     pub work: tempfile::TempDir,
 }
@@ -168,6 +170,8 @@ pub struct Pod {
 #[derive(Default)]
 pub struct PodOpts {
     pub env: Vec<(&'static str, String)>,
+    /// More sandboxd flags.
+    pub args: Vec<String>,
 }
 
 impl Pod {
@@ -183,7 +187,9 @@ impl Pod {
         let token_file = work.path().join("token");
         std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
         let root = work.path().join("runs");
+        let upstream: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let mut cmd = Command::new(terminator_bin());
+        cmd.args(&opts.args);
         cmd.args([
             "--listen-host=127.0.0.1",
             "--grpc-port=9091",
@@ -195,10 +201,7 @@ impl Pod {
         .env("PLIMSOLL_SANDBOXD_BIN", sandboxd_bin())
         .env("PLIMSOLL_SANDBOXD_TLS_DIR", &cert_dir)
         .env("PLIMSOLL_SANDBOXD_TLS_LISTEN", "127.0.0.1:0")
-        .env(
-            "PLIMSOLL_SANDBOXD_TLS_UPSTREAM",
-            format!("127.0.0.1:{}", free_port()),
-        )
+        .env("PLIMSOLL_SANDBOXD_TLS_UPSTREAM", upstream.to_string())
         .env("PLIMSOLL_SANDBOXD_TLS_RELOAD_INTERVAL_MS", "100");
         for (k, v) in &opts.env {
             cmd.env(k, v);
@@ -210,6 +213,7 @@ impl Pod {
         Pod {
             proc,
             addr,
+            upstream,
             cert_dir,
             work,
         }
