@@ -173,7 +173,9 @@ mod tests {
     fn child_sees(cmd: &mut std::process::Command, fd: RawFd) -> bool {
         let out = cmd
             .arg("-c")
-            .arg(format!("[ -e /proc/self/fd/{fd} ] && echo open || echo closed"))
+            .arg(format!(
+                "[ -e /proc/self/fd/{fd} ] && echo open || echo closed"
+            ))
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).trim() == "open"

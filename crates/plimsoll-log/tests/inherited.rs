@@ -8,7 +8,9 @@ use std::os::fd::IntoRawFd;
 fn child_sees(fd: i32) -> bool {
     let out = std::process::Command::new("sh")
         .arg("-c")
-        .arg(format!("[ -e /proc/self/fd/{fd} ] && echo open || echo closed"))
+        .arg(format!(
+            "[ -e /proc/self/fd/{fd} ] && echo open || echo closed"
+        ))
         .output()
         .unwrap();
     out.stdout == b"open\n"
