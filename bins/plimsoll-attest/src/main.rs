@@ -90,6 +90,8 @@ fn one_line(err: &clap::Error) -> String {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: no descriptor this process inherited reaches a run (docs/plimsolld.md).
+    plimsoll_log::fds::at_start("plimsoll-attest");
     let args = plimsoll_log::flags::go_style_flags(&Cli::command(), std::env::args().collect());
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,

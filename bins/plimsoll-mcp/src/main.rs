@@ -80,6 +80,8 @@ fn usage(e: impl Into<anyhow::Error>) -> Fail {
 const EMBEDDED_SESSIONS: usize = 16;
 
 fn main() -> ExitCode {
+    // Before any thread: no descriptor this process inherited reaches a run (docs/plimsolld.md).
+    plimsoll_log::fds::at_start("plimsoll-mcp");
     // Re-executed as the quickjs provider's worker: run one snippet and nothing else.
     if let Some(code) = plimsoll_quickjs::run_if_worker() {
         return code;

@@ -20,9 +20,14 @@ struct Server {
 
 impl Server {
     fn start(args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .envs(env.iter().copied())
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).envs(env.iter().copied());
+        Server::start_cmd(cmd)
+    }
+
+    /// Starts `cmd`, which runs plimsoll-mcp on stdio.
+    fn start_cmd(mut cmd: Command) -> Server {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -367,4 +372,30 @@ fn help_names_the_exit_codes_and_variables() {
     ] {
         assert!(help.contains(want), "--help lacks {want}:\n{help}");
     }
+}
+
+/// Started by a supervisor that left fd 7 open on a 0600 file, the embedded process
+/// provider's run lists its descriptors and tries to read and write fd 7: it sees nothing,
+/// and the file is unchanged.
+#[test]
+fn a_run_does_not_inherit_the_servers_descriptors() {
+    use plimsoll_testkit::inherited::{Secret, PROBE};
+    let dir = tempfile::tempdir().unwrap();
+    let secret = Secret::new(dir.path());
+    let mut cmd = secret.command(BIN);
+    cmd.args(["--provider", "process"]);
+    let mut s = Server::start_cmd(cmd);
+    let r = s.call("run_code", json!({"language": "shell", "code": PROBE}));
+    assert_eq!(r["isError"], false, "{r}");
+    secret.assert_unreached(&format!(
+        "{}\n{}",
+        r["structuredContent"]["stdout"]
+            .as_str()
+            .unwrap_or_default(),
+        r["structuredContent"]["stderr"]
+            .as_str()
+            .unwrap_or_default()
+    ));
+    let (status, _) = s.finish();
+    assert!(status.success());
 }

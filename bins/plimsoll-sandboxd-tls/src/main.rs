@@ -76,6 +76,8 @@ fn log_format(args: &[String]) -> Option<plimsoll_log::LogFormat> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: no descriptor this process inherited reaches a run (docs/plimsolld.md).
+    plimsoll_log::fds::at_start("plimsoll-sandboxd-tls");
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
         [a] if a == "--help" || a == "-h" => {

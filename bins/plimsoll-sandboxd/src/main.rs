@@ -253,6 +253,8 @@ fn die_with_parent() -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: no descriptor this process inherited reaches a run (docs/plimsolld.md).
+    plimsoll_log::fds::at_start("plimsoll-sandboxd");
     let flags = Flags::parse();
     if let Err(e) = die_with_parent() {
         eprintln!("plimsoll-sandboxd: {e}");

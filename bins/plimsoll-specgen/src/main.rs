@@ -244,6 +244,8 @@ fn run(cli: &Cli) -> Result<(), Failure> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: no descriptor this process inherited reaches a run (docs/plimsolld.md).
+    plimsoll_log::fds::at_start("plimsoll-specgen");
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -404,6 +404,8 @@ fn add(a: AddArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: no descriptor this process inherited reaches a run (docs/plimsolld.md).
+    plimsoll_log::fds::at_start("plimsoll-withheld");
     let args = normalise_args(std::env::args().collect());
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,

@@ -29,6 +29,8 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: no descriptor this process inherited reaches a run (docs/plimsolld.md).
+    plimsoll_log::fds::at_start("plimsolld");
     // Re-executed as the quickjs provider's worker: run one snippet and nothing else.
     if let Some(code) = plimsoll_quickjs::run_if_worker() {
         return code;

@@ -530,7 +530,12 @@ impl AgentSandboxProvider {
     /// proved. A TLS failure names the CA file and the server name.
     async fn smoke_test(&self, started: &Started) -> Result<Vec<String>, ProviderStartError> {
         let project = pb::ProjectRun {
-            steps: vec![SMOKE_STEP.into()],
+            // Then the run's descriptors: none beyond 0, 1 and 2 (none of the terminator's or
+            // sandboxd's) may reach the code.
+            steps: vec![
+                SMOKE_STEP.into(),
+                plimsoll_provider::smoke::DESCRIPTOR_STEP.into(),
+            ],
             ..Default::default()
         };
         let (out, phases) = self
@@ -550,6 +555,12 @@ impl AgentSandboxProvider {
                             s.exit_code == 0 && s.stdout == b"plimsoll-smoke\n"
                         }) =>
                     {
+                        use plimsoll_provider::smoke::{
+                            check_descriptors, listed_descriptors, step_stdout,
+                        };
+                        listed_descriptors(&step_stdout(&p, 1))
+                            .and_then(|open| check_descriptors(&open, &[]))
+                            .map_err(RunError::Answer)?;
                         Ok(health.languages)
                     }
                     other => Err(RunError::Answer(format!(

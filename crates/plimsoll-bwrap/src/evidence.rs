@@ -4,8 +4,10 @@
 //! refuses to start.
 
 use plimsoll_core::pb;
-use plimsoll_provider::smoke::interfaces;
 use plimsoll_provider::smoke::step_stdout as out;
+use plimsoll_provider::smoke::{
+    check_descriptors, interfaces, listed_descriptors, DESCRIPTOR_STEP,
+};
 
 /// Host paths that must not exist inside a sandbox (checked besides the state directory
 /// and plimsolld's working directory, which the provider adds).
@@ -63,6 +65,9 @@ pub fn smoke_project(absent: &[String]) -> pb::ProjectRun {
         // 9: the Landlock layer: a program copied to /tmp or the working directory (the
         // copy must succeed) does not run, and the socket's directory takes no file.
         "for d in /tmp .; do if cp /bin/true \"$d/plimsoll-exec\"; then \"$d/plimsoll-exec\" 2>/dev/null && echo \"ran $d\"; else echo \"no copy in $d\"; fi; done; ( : > /run/plimsoll/s/plimsoll-probe ) 2>/dev/null && echo 'wrote /run/plimsoll/s'; echo checked".to_owned(),
+        // 10: the run holds no descriptor beyond 0, 1 and 2 (none of plimsolld's, bwrap's
+        // or sandboxd's).
+        DESCRIPTOR_STEP.to_owned(),
     ];
     pb::ProjectRun {
         files: vec![],
@@ -119,7 +124,7 @@ pub fn check_host_view(status: &[String], uid: u32, gid: u32) -> Result<(), Stri
 /// Checks the smoke run's report against every property the tier needs; the error names
 /// each one that does not hold.
 pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
-    const STEPS: usize = 10;
+    const STEPS: usize = 11;
     let languages = plimsoll_provider::smoke::languages(p, STEPS)?;
     let mut wrong = Vec::new();
     if !languages.iter().any(|l| l == "shell") {
@@ -204,6 +209,9 @@ pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
             "writes outside the working directory succeeded in {wrote:?}"
         ));
     }
+    if let Err(e) = listed_descriptors(&out(p, 10)).and_then(|open| check_descriptors(&open, &[])) {
+        wrong.push(e);
+    }
     if !wrong.is_empty() {
         return Err(wrong.join("; "));
     }
@@ -225,6 +233,7 @@ mod tests {
     }
 
     const STATUS: &str = "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n";
+    const FDS: &str = "total 0\nlr-x------ 1 u g 64 Dec 5 0 -> /dev/null\nl-wx------ 1 u g 64 Dec 5 1 -> pipe:[1]\nl-wx------ 1 u g 64 Dec 5 2 -> pipe:[2]\ndescriptors-listed\n";
     const NETDEV: &str = "Inter-|   Receive\n face |bytes\n    lo:       0       0\n";
 
     fn report(
@@ -247,6 +256,7 @@ mod tests {
                 step(paths),
                 step(writes),
                 step("checked\n"),
+                step(FDS),
             ],
             ..Default::default()
         }
@@ -279,7 +289,7 @@ mod tests {
 
     #[test]
     fn each_missing_property_is_named() {
-        let e = check_smoke(&report(
+        let mut bad = report(
             "0 0 4294967295\nuid=0\n",
             &STATUS
                 .replace("CapEff:\t0000000000000000", "CapEff:\t000001ffffffffff")
@@ -289,8 +299,12 @@ mod tests {
             "/sbin/init \nself=4242\n",
             "present /home\nchecked\n",
             "wrote /\nchecked\n",
-        ))
-        .unwrap_err();
+        );
+        bad.steps[10] = step(&FDS.replace(
+            "descriptors-listed",
+            "lrwx------ 1 u g 64 Dec 5 7 -> /root/secret\ndescriptors-listed",
+        ));
+        let e = check_smoke(&bad).unwrap_err();
         for needle in [
             "user namespace",
             "uid 0",
@@ -301,6 +315,7 @@ mod tests {
             "PID 1",
             "/home",
             "wrote",
+            "7 (/root/secret)",
         ] {
             assert!(
                 e.contains(needle) || e.contains(&needle.replace("wrote", "writes")),
@@ -310,7 +325,7 @@ mod tests {
         // A run that stopped early says how far it got.
         let mut short = report("", STATUS, NETDEV, "bwrap\n", "checked\n", "checked\n");
         short.steps.truncate(4);
-        assert!(check_smoke(&short).unwrap_err().contains("4 of 10"));
+        assert!(check_smoke(&short).unwrap_err().contains("4 of 11"));
     }
 
     #[test]

@@ -65,7 +65,9 @@ pub fn parse_version(out: &str) -> Option<(u32, u32, u32)> {
 
 /// Runs `bwrap --version` and checks it against [`MIN_VERSION`]; returns the version text.
 pub async fn check_version(bwrap: &Path) -> Result<String, String> {
-    let out = tokio::process::Command::new(bwrap)
+    let mut cmd = tokio::process::Command::new(bwrap);
+    plimsoll_log::fds::StdioOnly::stdio_only(cmd.as_std_mut());
+    let out = cmd
         .arg("--version")
         .output()
         .await

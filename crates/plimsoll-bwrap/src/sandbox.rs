@@ -21,6 +21,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use plimsoll_log::fds::StdioOnly;
 use plimsoll_sandboxd::{SandboxdClient, Token};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
@@ -285,6 +286,9 @@ impl Sandbox {
             source,
         })?;
         cmd.stdin(Stdio::from(seccomp));
+        // bwrap gets its filter on stdin and nothing above 2, whatever plimsolld inherited
+        // (Landlock and the mount namespace do not apply to an open descriptor).
+        cmd.as_std_mut().stdio_only();
         let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
             bwrap: l.bwrap.clone(),
             source,

@@ -5,6 +5,7 @@
 use plimsoll_core::pb;
 pub use plimsoll_provider::smoke::interfaces;
 use plimsoll_provider::smoke::step_stdout as out;
+use plimsoll_provider::smoke::{check_descriptors, listed_descriptors, DESCRIPTOR_STEP};
 use plimsoll_runner::RunEnv;
 
 /// Names in the image's `ENV` that the runner would refuse as a run's extra variable
@@ -38,6 +39,9 @@ pub fn smoke_project() -> pb::ProjectRun {
         // The kernel the code talks to.
         "cat /proc/version",
         "dmesg 2>&1 | head -n 20; true",
+        // No descriptor beyond 0, 1 and 2 reaches a run (none of plimsolld's, the engine's
+        // or sandboxd's).
+        DESCRIPTOR_STEP,
     ];
     pb::ProjectRun {
         files: vec![],
@@ -61,7 +65,7 @@ pub struct SmokeFacts {
 /// Checks the smoke run's report: every hardening fact must hold, else the message names
 /// each one that does not.
 pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
-    let languages = plimsoll_provider::smoke::languages(p, 9)?;
+    let languages = plimsoll_provider::smoke::languages(p, 10)?;
     let mut wrong = Vec::new();
     if !languages.iter().any(|l| l == "shell") {
         wrong.push("`sh` did not run".to_owned());
@@ -88,6 +92,9 @@ pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
     }
     if out(p, 6) != "read-only" {
         wrong.push("the root filesystem is writable".into());
+    }
+    if let Err(e) = listed_descriptors(&out(p, 9)).and_then(|open| check_descriptors(&open, &[])) {
+        wrong.push(e);
     }
     if !wrong.is_empty() {
         return Err(wrong.join("; "));
@@ -215,11 +222,13 @@ mod tests {
                 step(root),
                 step("Linux version 6.1\n"),
                 step("dmesg: read kernel buffer failed: Operation not permitted\n"),
+                step(FDS),
             ],
             ..Default::default()
         }
     }
 
+    const FDS: &str = "total 0\nlr-x------ 1 u g 64 Dec 5 0 -> /dev/null\nl-wx------ 1 u g 64 Dec 5 1 -> pipe:[1]\nl-wx------ 1 u g 64 Dec 5 2 -> pipe:[2]\ndescriptors-listed\n";
     const CAPS0: &str = "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\nCapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\n";
     const NETDEV_LO: &str = "Inter-|   Receive\n face |bytes\n    lo:       0       0\n";
 
@@ -231,14 +240,18 @@ mod tests {
 
     #[test]
     fn each_weakness_is_named() {
-        let e = check_smoke(&report(
+        let mut bad = report(
             "0\n",
             &CAPS0.replace("CapEff:\t0000000000000000", "CapEff:\t00000000a80425fb"),
             &format!("{NETDEV_LO}  eth0: 1 2\n"),
             "writable\n",
-        ))
-        .unwrap_err();
-        for needle in ["root", "CapEff", "eth0", "writable"] {
+        );
+        bad.steps[9] = step(&FDS.replace(
+            "descriptors-listed",
+            "lrwx------ 1 u g 64 Dec 5 7 -> /root/secret\ndescriptors-listed",
+        ));
+        let e = check_smoke(&bad).unwrap_err();
+        for needle in ["root", "CapEff", "eth0", "writable", "7 (/root/secret)"] {
             assert!(e.contains(needle), "{needle} missing from {e}");
         }
     }

@@ -2,8 +2,12 @@
 //! plain text on a terminal and JSON lines otherwise, unless `--log-format` says which.
 //! `RUST_LOG` filters (default `info`). It never decides what is logged, only how.
 //! [`flags`] holds the one command-line convention the binaries share beside it: Go-style
-//! single-dash long flags.
+//! single-dash long flags. [`fds`] is what every binary does before anything else: mark the
+//! descriptors it inherited close-on-exec, so no run sees them (and the spawn-side step that
+//! holds for libraries embedded elsewhere).
 
+#[allow(unsafe_code)]
+pub mod fds;
 pub mod flags;
 
 use std::io::IsTerminal;

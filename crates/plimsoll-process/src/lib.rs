@@ -116,6 +116,32 @@ impl ProcessProvider {
     }
 }
 
+impl ProcessProvider {
+    /// The startup smoke test's descriptor check: one project lists its shell's
+    /// descriptors, and any beyond 0, 1 and 2 refuses startup, named.
+    async fn check_descriptors(&self) -> Result<(), ProviderStartError> {
+        use plimsoll_provider::smoke::{
+            check_descriptors, listed_descriptors, step_stdout, DESCRIPTOR_STEP,
+        };
+        let fail = |m: String| ProviderStartError::new(NAME, format!("the smoke test: {m}"));
+        let p = self
+            .runner
+            .project(
+                &plimsoll_core::pb::ProjectRun {
+                    steps: vec![DESCRIPTOR_STEP.to_owned()],
+                    ..Default::default()
+                },
+                Duration::from_secs(20),
+                &RunEnv::default(),
+            )
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        listed_descriptors(&step_stdout(&p, 0))
+            .and_then(|open| check_descriptors(&open, &[]))
+            .map_err(fail)
+    }
+}
+
 /// A runner failure as the provider reports it.
 pub(crate) fn runner_error(e: plimsoll_runner::RunnerError) -> ProviderError {
     match e {
@@ -152,6 +178,9 @@ impl Provider for ProcessProvider {
                 "the smoke test could not run `sh -c`; check that /bin/sh exists",
             ));
         }
+        // No wall, but a run must still start with 0, 1 and 2 alone: nothing plimsolld
+        // inherited (docs/plimsolld.md, "Descriptor hygiene").
+        self.check_descriptors().await?;
         tracing::info!(languages = ?langs, "process provider smoke test passed");
         let _ = self.languages.set(langs);
         Ok(())

@@ -19,6 +19,10 @@ pub struct Request {
     pub timeout_ms: u64,
     /// Bytes kept of each of stdout and stderr; the rest is dropped and marked truncated.
     pub output_bytes: u64,
+    /// List the worker's open descriptors in the answer (the startup smoke test's check
+    /// that the worker holds nothing beyond its three pipes).
+    #[serde(default)]
+    pub list_descriptors: bool,
 }
 
 /// How a run ended, as the worker reports it.
@@ -39,4 +43,8 @@ pub struct Answer {
     pub stdout_truncated: bool,
     /// stderr was cut at the cap.
     pub stderr_truncated: bool,
+    /// With [`Request::list_descriptors`]: each descriptor the worker held before it locked
+    /// itself down, with its `readlink` target (the listing's own left out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub descriptors: Vec<(i32, String)>,
 }

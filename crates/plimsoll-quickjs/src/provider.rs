@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use plimsoll_core::{pb, Refusal, Tier};
+use plimsoll_provider::smoke::{check_descriptors, OpenDescriptor};
 use plimsoll_provider::{Answer, Facts, Provider, ProviderError, ProviderStartError, Work};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -113,6 +114,17 @@ impl QuickJsProvider {
         code: &str,
         timeout: Duration,
     ) -> Result<pb::JavaScriptResult, ProviderError> {
+        self.run_worker(code, timeout, false).await.map(|(r, _)| r)
+    }
+
+    /// [`QuickJsProvider::run_snippet`], and with `list_descriptors` the descriptors the
+    /// worker held before it locked itself down.
+    async fn run_worker(
+        &self,
+        code: &str,
+        timeout: Duration,
+        list_descriptors: bool,
+    ) -> Result<(pb::JavaScriptResult, Vec<OpenDescriptor>), ProviderError> {
         let timeout = if timeout.is_zero() {
             self.cfg.default_timeout
         } else {
@@ -124,9 +136,13 @@ impl QuickJsProvider {
             stack_bytes: self.cfg.stack_bytes,
             timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             output_bytes: self.cfg.output_bytes as u64,
+            list_descriptors,
         };
         let body = serde_json::to_vec(&req).map_err(|e| ProviderError::Failed(e.to_string()))?;
-        let mut child = tokio::process::Command::new(&self.cfg.worker.program)
+        let mut cmd = tokio::process::Command::new(&self.cfg.worker.program);
+        // The worker gets its three pipes alone, whatever plimsolld inherited.
+        plimsoll_log::fds::StdioOnly::stdio_only(cmd.as_std_mut());
+        let mut child = cmd
             .args(&self.cfg.worker.args)
             .env_clear()
             // The engine's Date reads the zone from TZ, so the C library never opens
@@ -181,7 +197,7 @@ impl QuickJsProvider {
                 // The engine did not come back to its interrupt check in time.
                 let _ = child.kill().await;
                 tracing::warn!(pid, "quickjs worker killed after its deadline");
-                return Ok(timed_out_answer(timeout));
+                return Ok((timed_out_answer(timeout), Vec::new()));
             }
         };
         let status = status
@@ -202,7 +218,7 @@ impl QuickJsProvider {
             use std::os::unix::process::ExitStatusExt;
             if status.signal().is_some() && started.elapsed() >= timeout {
                 // Its CPU limit (just past the deadline) ended it: a deadline, not a crash.
-                return Ok(timed_out_answer(timeout));
+                return Ok((timed_out_answer(timeout), Vec::new()));
             }
             let how = match (status.code(), status.signal()) {
                 (_, Some(sig)) => format!("killed by signal {sig}"),
@@ -224,7 +240,7 @@ impl QuickJsProvider {
                 ProviderError::Failed(format!("the quickjs worker's answer is not valid: {e}"))
             })
         };
-        Ok(pb::JavaScriptResult {
+        let result = pb::JavaScriptResult {
             stdout: decode(&a.stdout)?,
             stderr: decode(&a.stderr)?,
             exit_code: a.exit_code,
@@ -232,7 +248,13 @@ impl QuickJsProvider {
             stdout_truncated: a.stdout_truncated,
             stderr_truncated: a.stderr_truncated,
             advice: Vec::new(),
-        })
+        };
+        let descriptors = a
+            .descriptors
+            .into_iter()
+            .map(|(fd, target)| OpenDescriptor { fd, target })
+            .collect();
+        Ok((result, descriptors))
     }
 }
 
@@ -267,10 +289,14 @@ impl Provider for QuickJsProvider {
 
     async fn start(&self) -> Result<(), ProviderStartError> {
         let fail = |message: String| ProviderStartError::new("quickjs", message);
-        let r = self
-            .run_snippet("console.log(6 * 7)", Duration::from_secs(10))
+        let (r, descriptors) = self
+            .run_worker("console.log(6 * 7)", Duration::from_secs(10), true)
             .await
             .map_err(|e| fail(format!("the smoke test failed: {e}")))?;
+        // The worker has no file API, but what it holds the engine could reach through a
+        // flaw: it must hold its three pipes alone.
+        check_descriptors(&descriptors, &[])
+            .map_err(|e| fail(format!("the smoke test's worker: {e}")))?;
         if r.stdout != b"42\n" || r.exit_code != 0 {
             return Err(fail(format!(
                 "the smoke test printed {:?} (exit code {}), not 42: {}",

@@ -81,8 +81,20 @@ pub fn main() -> u8 {
         }
     };
     drop(raw);
+    // Before the lock-down, which leaves no way to read /proc.
+    let descriptors = if req.list_descriptors {
+        match open_descriptors() {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("plimsoll-quickjs-worker: cannot list its descriptors: {e}");
+                return WORKER_FAILED;
+            }
+        }
+    } else {
+        Vec::new()
+    };
     let answer = match run(&req) {
-        Ok(a) => a,
+        Ok(a) => Answer { descriptors, ..a },
         Err(e) => {
             eprintln!("plimsoll-quickjs-worker: {e}");
             return LOCKDOWN_FAILED;
@@ -100,6 +112,29 @@ pub fn main() -> u8 {
         return WORKER_FAILED;
     }
     0
+}
+
+/// This process's open descriptors and their targets, from `/proc/self/fd`, without the
+/// listing's own (the one pointing at this process's `fd` directory).
+fn open_descriptors() -> std::io::Result<Vec<(i32, String)>> {
+    let own = format!("/proc/{}/fd", std::process::id());
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd")? {
+        let entry = entry?;
+        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let target = match std::fs::read_link(entry.path()) {
+            Ok(t) => t.display().to_string(),
+            // Gone since it was listed: the listing's own.
+            Err(_) => continue,
+        };
+        if target != own {
+            out.push((fd, target));
+        }
+    }
+    out.sort();
+    Ok(out)
 }
 
 /// Captured output of one stream, cut at the cap.

@@ -188,6 +188,7 @@ fn the_worker_runs_under_seccomp_with_no_new_privileges() {
         stack_bytes: 1 << 20,
         timeout_ms: 30_000,
         output_bytes: 1024,
+        list_descriptors: false,
     };
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&serde_json::to_vec(&req).unwrap()).unwrap();

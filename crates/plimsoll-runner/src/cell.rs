@@ -202,6 +202,8 @@ impl Interp {
             .stderr(Stdio::from(err_tx.into_blocking_fd().map_err(spawn_err)?))
             .process_group(0)
             .kill_on_drop(true);
+        // 0, 1 and 2 alone (the control socket is stdin until the shell moves it to fd 3).
+        plimsoll_log::fds::StdioOnly::stdio_only(cmd.as_std_mut());
         if let Some(who) = scope.run_as() {
             cmd.uid(who.uid).gid(who.gid);
         }

@@ -4,6 +4,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use plimsoll_log::fds::StdioOnly;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio::sync::watch;
@@ -67,6 +68,8 @@ pub(crate) async fn run(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // The program gets 0, 1 and 2 alone, whatever the runner's process inherited.
+    cmd.as_std_mut().stdio_only();
     if let Some(who) = scope.run_as() {
         // std drops the supplementary groups too when the runner is root.
         cmd.uid(who.uid).gid(who.gid);

@@ -13,6 +13,8 @@
 //! - [`tsa`]: a live OpenSSL RFC 3161 time-stamp authority on loopback.
 //! - [`python`]: the gate for tests driven by independent Python clients.
 //! - [`doors`]: an attacker's idle, slow and ping-only connections, for listeners' limits.
+//! - [`inherited`]: a descriptor a supervisor leaves open (fd 7 on a 0600 file), the run
+//!   step that tries it, and the checks that nothing reached it.
 
 pub mod bwrap;
 pub mod ca;
@@ -20,6 +22,7 @@ pub mod daemon;
 pub mod docker;
 pub mod doors;
 pub mod fake_cluster;
+pub mod inherited;
 pub mod net;
 pub mod plimsolld;
 pub mod python;

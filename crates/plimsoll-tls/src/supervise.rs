@@ -207,7 +207,8 @@ impl Sandboxd {
         let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())?;
         // std, not tokio::process: the reaper below owns waiting, and tokio's own child
         // handling must not race it for the status.
-        let child = std::process::Command::new(bin)
+        // sandboxd gets 0, 1 and 2 alone, whatever the terminator inherited.
+        let child = plimsoll_log::fds::StdioOnly::stdio_only(&mut std::process::Command::new(bin))
             .args(args)
             .env(PARENT_PID_VAR, std::process::id().to_string())
             .stdin(std::process::Stdio::null())

@@ -180,6 +180,12 @@ impl Pod {
     }
 
     pub fn start_with(leaf: &Leaf, opts: PodOpts) -> Pod {
+        Pod::start_through(leaf, opts, &[])
+    }
+
+    /// Started through `prefix`, a command that execs the terminator (its path appended),
+    /// such as `plimsoll_testkit::inherited::Secret::prefix`.
+    pub fn start_through(leaf: &Leaf, opts: PodOpts, prefix: &[String]) -> Pod {
         let work = tempfile::tempdir().unwrap();
         let cert_dir = work.path().join("sandboxd-tls");
         std::fs::create_dir_all(&cert_dir).unwrap();
@@ -188,7 +194,14 @@ impl Pod {
         std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
         let root = work.path().join("runs");
         let upstream: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let mut cmd = Command::new(terminator_bin());
+        let mut cmd = match prefix.split_first() {
+            None => Command::new(terminator_bin()),
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(terminator_bin());
+                c
+            }
+        };
         cmd.args(&opts.args);
         cmd.args([
             "--listen-host=127.0.0.1",

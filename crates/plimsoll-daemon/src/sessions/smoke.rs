@@ -1,7 +1,8 @@
 //! The startup session smoke test: before plimsolld serves with sessions on, one real
 //! session on the provider proves that the sweep kills a leftover process, that files
 //! survive calls, that each proven cell language keeps an interpreter's state, that failing
-//! code comes back as a result with its exit code, and that close ends it. Each step is
+//! code comes back as a result with its exit code, that a session's code holds no
+//! descriptor beyond 0, 1 and 2, and that close ends it. Each step is
 //! checked from inside the sandbox by the session's own calls, so it holds for any provider.
 
 use std::time::Duration;
@@ -73,6 +74,18 @@ async fn steps(s: &dyn ProviderSession, facts: &Facts) -> Result<(), String> {
             "leaving a file and a background process: steps exited {:?}",
             exits(&first)
         ));
+    }
+    let listed = call(
+        s,
+        "listing the session's descriptors",
+        project(&[plimsoll_provider::smoke::DESCRIPTOR_STEP]),
+    )
+    .await?;
+    if let SessionAnswer::Run(Answer::Project(p)) = &listed {
+        use plimsoll_provider::smoke::{check_descriptors, listed_descriptors, step_stdout};
+        listed_descriptors(&step_stdout(p, 0)).and_then(|open| check_descriptors(&open, &[]))?;
+    } else {
+        return Err("listing the session's descriptors: the answer was not a project's".into());
     }
     let second = call(
         s,

@@ -3,5 +3,6 @@
 //! Reads one JSON request on stdin, writes one JSON answer on stdout.
 
 fn main() -> std::process::ExitCode {
+    plimsoll_log::fds::at_start("plimsoll-quickjs-worker");
     std::process::ExitCode::from(plimsoll_quickjs::worker::main())
 }
