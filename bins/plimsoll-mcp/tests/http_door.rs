@@ -282,6 +282,44 @@ fn tcp_needs_the_bearer_token() {
 }
 
 #[test]
+fn listen_without_a_token_exits_2_even_on_loopback() {
+    let mut child = Command::new(BIN)
+        .args(["--listen", "127.0.0.1:0", "--provider", "quickjs"])
+        .env_remove("PLIMSOLL_MCP_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Bounded: a server that starts anyway is killed and the test fails.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = status.unwrap_or_else(|| panic!("it served without a token: {stderr}"));
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("needs a bearer token") && stderr.contains("PLIMSOLL_MCP_TOKEN"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_foreign_origin_is_refused_and_an_allowed_one_served() {
     let door = Door::start(
         &[
@@ -487,6 +525,10 @@ async fn a_sessions_queue_is_bounded_and_its_wait_counts_in_the_deadline() {
             text(&r).starts_with("not dispatched (capacity): ") && text(&r).contains("deadline"),
             "{r}"
         );
+        assert!(
+            !long.is_finished(),
+            "the refusal came at the deadline, while the session was still busy"
+        );
 
         // Six more at once: four wait their turn, two are refused.
         let waiting: Vec<_> = (0..6)
@@ -620,9 +662,20 @@ fn idle_connections_over_the_cap_do_not_lock_out_a_client_and_are_closed() {
     let At::Tcp(addr) = door.at.clone() else {
         unreachable!()
     };
-    // Eight silent connections: twice the cap.
+    // Four silent connections (the header timeout's) and four that sent a request's
+    // headers and part of its body, then stalled (the idle timeout's): twice the cap.
     let mut idle: Vec<std::net::TcpStream> = (0..8)
-        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .map(|i| {
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            if i % 2 == 1 {
+                write!(
+                    s,
+                    "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{{\"jsonrpc\""
+                )
+                .unwrap();
+            }
+            s
+        })
         .collect();
     // One that trickles a header byte every 400 ms: never idle, never done.
     let mut slow = std::net::TcpStream::connect(&addr).unwrap();
@@ -652,7 +705,12 @@ fn idle_connections_over_the_cap_do_not_lock_out_a_client_and_are_closed() {
     for (i, s) in idle.iter_mut().enumerate() {
         assert!(
             closed_within(s, Duration::from_secs(15)).is_some(),
-            "idle connection {i} was not closed"
+            "idle connection {i} was not closed ({})",
+            if i % 2 == 1 {
+                "a stalled body"
+            } else {
+                "silent"
+            }
         );
     }
     assert!(
