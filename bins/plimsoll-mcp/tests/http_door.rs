@@ -184,10 +184,7 @@ fn parse(raw: &[u8]) -> Answer {
     });
     let body = if chunked {
         let mut out = Vec::new();
-        loop {
-            let Some(end) = rest.windows(2).position(|w| w == b"\r\n") else {
-                break;
-            };
+        while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
             let size =
                 usize::from_str_radix(String::from_utf8_lossy(&rest[..end]).trim(), 16).unwrap();
             if size == 0 {
