@@ -9,11 +9,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use plimsoll_client::{Client, ClientOptions};
-use plimsoll_mcp::http::HttpOptions;
+use plimsoll_mcp::http::{HttpOptions, Limits, Listener};
 use plimsoll_mcp::{CallFiles, PlimsollMcp};
 
 const EXIT_CODES: &str = "\
@@ -27,7 +28,7 @@ Exit codes:
 Variables:
   PLIMSOLL_CALLER_TOKEN  the caller token for --daemon (instead of --token-file)
   PLIMSOLL_MCP_TOKEN     the bearer token HTTP clients must send (instead of
-                         --http-token-file)
+                         --http-token-file); required with --listen HOST:PORT
   RUST_LOG               the log level (default warn)";
 
 /// The MCP server agents use: run code in plimsoll's sandbox, with sessions and call files.
@@ -53,10 +54,12 @@ struct Cli {
     /// session, before the call's own files (a call's file at the same path is refused).
     #[arg(long, value_name = "DIR")]
     call_files: Option<PathBuf>,
-    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (for example
-    /// 127.0.0.1:8750). Off loopback a bearer token is required (--http-token-file).
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio: HOST:PORT (for example
+    /// 127.0.0.1:8750; a bearer token is always required, --http-token-file or
+    /// PLIMSOLL_MCP_TOKEN), or unix:PATH, a Unix socket made with mode 0600 that only this
+    /// user can open (no token needed).
     #[arg(long, value_name = "ADDR")]
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
     /// File holding the bearer token HTTP clients must send (or set PLIMSOLL_MCP_TOKEN).
     #[arg(long, value_name = "FILE", requires = "listen")]
     http_token_file: Option<PathBuf>,
@@ -64,6 +67,25 @@ struct Cli {
     /// (repeatable; a guard against DNS rebinding).
     #[arg(long, value_name = "HOST", requires = "listen")]
     allowed_host: Vec<String>,
+    /// A browser origin (scheme://host:port, or :* for any port) whose requests are
+    /// served (repeatable). A request carrying any other Origin header is refused 403;
+    /// requests without one (non-browser clients) are served.
+    #[arg(long, value_name = "ORIGIN", requires = "listen")]
+    allowed_origin: Vec<String>,
+    /// HTTP connections served at once; more wait until one ends.
+    #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT_MAX_CONNECTIONS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    max_connections: u32,
+    /// Milliseconds an HTTP connection may take to send a request's headers (also
+    /// between requests on a kept-alive connection).
+    #[arg(long, value_name = "MS", default_value_t = Limits::DEFAULT_HEADER_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    header_timeout_ms: u64,
+    /// Milliseconds an HTTP connection may move no byte either way before it is closed
+    /// (SSE streams send a keep-alive every 15 s).
+    #[arg(long, value_name = "MS", default_value_t = Limits::DEFAULT_IDLE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    idle_timeout_ms: u64,
     /// Log format on stderr: text (default on a terminal) or json (default otherwise).
     #[arg(long, value_enum)]
     log_format: Option<plimsoll_log::LogFormat>,
@@ -167,8 +189,9 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
         Some(dir) => CallFiles::from_dir(dir).map_err(usage)?,
         None => CallFiles::new(),
     };
-    let http_token = match cli.listen {
-        Some(addr) => {
+    let listen = cli.listen.as_deref().map(Listen::parse).transpose()?;
+    let http_token = match &listen {
+        Some(at) => {
             let t = token(
                 cli.http_token_file.as_deref(),
                 "--http-token-file",
@@ -179,13 +202,28 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
                     "the HTTP bearer token is shorter than {MIN_HTTP_TOKEN} characters (the value is not shown); use a random one, for example `openssl rand -hex 32`"
                 )));
             }
-            if t.is_none() && !addr.ip().is_loopback() {
+            if let (None, Listen::Tcp(addr)) = (&t, at) {
+                // Loopback included: any local user (or a sandboxed program) reaches it.
                 return Err(usage(anyhow::anyhow!(
-                    "--listen {addr} is not a loopback address: give a bearer token with --http-token-file FILE or PLIMSOLL_MCP_TOKEN"
+                    "--listen {addr} needs a bearer token: give --http-token-file FILE or set PLIMSOLL_MCP_TOKEN (or serve only this user with --listen unix:PATH)"
                 )));
             }
             t
         }
+        None => None,
+    };
+    // Bound before the embedded daemon starts, so a bad path is exit 2 with nothing started.
+    let listener = match &listen {
+        Some(Listen::Tcp(addr)) => Some(Listener::Tcp(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("--listen {addr}: cannot listen"))
+                .map_err(usage)?,
+        )),
+        Some(Listen::Unix(path)) => Some(Listener::Unix(
+            plimsoll_mcp::http::bind_unix(path)
+                .map_err(|e| usage(anyhow::anyhow!("--listen unix:{e}")))?,
+        )),
         None => None,
     };
     let (client, embedded) = match &cli.daemon {
@@ -229,31 +267,43 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
         }
     };
     let server = PlimsollMcp::new(client, call_files);
-    let served = match cli.listen {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("--listen {addr}: cannot listen"))
-                .map_err(usage)?;
-            let bound = listener
-                .local_addr()
-                .map_err(|e| usage(anyhow::Error::from(e)))?;
-            tracing::info!(url = %format!("http://{bound}/mcp"), "serving MCP over streamable HTTP");
+    let served = match listener {
+        Some(listener) => {
+            let at = match &listener {
+                Listener::Tcp(l) => {
+                    let bound = l.local_addr().map_err(|e| usage(anyhow::Error::from(e)))?;
+                    format!("http://{bound}/mcp")
+                }
+                Listener::Unix(_) => match &listen {
+                    Some(Listen::Unix(p)) => format!("unix:{} (path /mcp)", p.display()),
+                    _ => String::new(),
+                },
+            };
+            tracing::info!(at = %at, "serving MCP over streamable HTTP");
             // The one line a script waits for (stderr, whatever the log level).
             say(&format!(
-                "plimsoll-mcp: serving MCP at http://{bound}/mcp ({})",
+                "plimsoll-mcp: serving MCP at {at} ({})",
                 if http_token.is_some() {
                     "bearer token required"
                 } else {
-                    "no token: loopback only"
+                    "no token: the socket's mode 0600 is the gate"
                 }
             ));
             let opts = HttpOptions {
                 bearer_token: http_token,
                 allowed_hosts: cli.allowed_host.clone(),
+                allowed_origins: cli.allowed_origin.clone(),
+                limits: Limits {
+                    max_connections: cli.max_connections as usize,
+                    header_timeout: Duration::from_millis(cli.header_timeout_ms),
+                    idle_timeout: Duration::from_millis(cli.idle_timeout_ms),
+                },
             };
             let r = plimsoll_mcp::http::serve(listener, server.clone(), opts, stop_signal()).await;
             server.close_all().await;
+            if let Some(Listen::Unix(p)) = &listen {
+                let _ = std::fs::remove_file(p);
+            }
             r
         }
         None => tokio::select! {
@@ -268,6 +318,30 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
         d.shutdown().await;
     }
     served.map_err(|e| Fail(1, anyhow::anyhow!("serving MCP failed: {e}")))
+}
+
+/// Where `--listen` serves.
+enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+impl Listen {
+    fn parse(s: &str) -> Result<Listen, Fail> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(usage(anyhow::anyhow!(
+                    "--listen unix: needs a path, for example unix:/run/user/1000/plimsoll-mcp.sock"
+                )));
+            }
+            return Ok(Listen::Unix(PathBuf::from(path)));
+        }
+        s.parse().map(Listen::Tcp).map_err(|_| {
+            usage(anyhow::anyhow!(
+                "--listen {s}: give HOST:PORT (for example 127.0.0.1:8750) or unix:PATH"
+            ))
+        })
+    }
 }
 
 /// The shortest HTTP bearer token accepted.

@@ -7,9 +7,19 @@
 //! plimsolld's session id, a capability, never leaves this process. Calls in one session
 //! run one at a time, in order, each checked as the next link of its record chain.
 //! Nothing here logs a token, a session id, code or output.
+//!
+//! Both waits are bounded. At most [`MAX_WAITING_CALLS`] calls wait behind the one a
+//! session is running; the next is refused `not dispatched (capacity)` at once. A call's
+//! wait for its turn counts within its own deadline (`timeout_ms`, or the longest a daemon
+//! allows): a call still waiting when it passes is refused the same way, and a call that
+//! waited is sent with what is left of its deadline. The [`MAX_SESSIONS`] cap is held by
+//! reserving a place before `open_session` awaits the daemon, so calls racing each other
+//! never hold more; a refused or failed open gives its place back.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use plimsoll_client::{Client, ClientError, Session};
 use plimsoll_core::pb;
@@ -33,12 +43,82 @@ pub const DESCRIBE_URI: &str = "plimsoll://describe";
 /// The most sessions one server holds open at once (plimsolld's own caps apply first).
 pub const MAX_SESSIONS: usize = 64;
 
-type SessionSlot = Arc<tokio::sync::Mutex<Session>>;
+/// The most calls that wait in one session behind the call it is running. One agent
+/// sends its session calls one after another; more than a few waiting means a loop gone
+/// wrong, and each waiting call holds a request open.
+pub const MAX_WAITING_CALLS: usize = 4;
+
+/// One open session: plimsolld's session behind a lock (one call at a time), and how many
+/// calls hold or wait for that lock.
+struct SessionSlot {
+    session: tokio::sync::Mutex<Session>,
+    queued: AtomicUsize,
+}
+
+impl SessionSlot {
+    /// A place in the session's queue, or `None` when [`MAX_WAITING_CALLS`] calls already
+    /// wait behind the running one. The place is given back when the guard drops (also
+    /// when the call's future is dropped).
+    fn join(self: &Arc<Self>) -> Option<QueuePlace> {
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_WAITING_CALLS + 1).then_some(n + 1)
+            })
+            .ok()?;
+        Some(QueuePlace(self.clone()))
+    }
+}
+
+struct QueuePlace(Arc<SessionSlot>);
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        self.0.queued.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The sessions held, and the places reserved by `open_session` calls still waiting for
+/// the daemon: together never more than [`MAX_SESSIONS`].
+#[derive(Default)]
+struct Table {
+    open: HashMap<String, Arc<SessionSlot>>,
+    opening: usize,
+}
 
 struct Inner {
     client: Client,
     call_files: CallFiles,
-    sessions: Mutex<HashMap<String, SessionSlot>>,
+    sessions: Mutex<Table>,
+}
+
+/// A place reserved in the session table; given back on drop unless it was filled.
+struct Reservation<'a> {
+    server: &'a PlimsollMcp,
+    held: bool,
+}
+
+impl Reservation<'_> {
+    /// Fills the place with an open session under `handle`.
+    fn fill(mut self, handle: String, session: Session) {
+        let mut t = self.server.sessions();
+        t.opening -= 1;
+        t.open.insert(
+            handle,
+            Arc::new(SessionSlot {
+                session: tokio::sync::Mutex::new(session),
+                queued: AtomicUsize::new(0),
+            }),
+        );
+        self.held = false;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.server.sessions().opening -= 1;
+        }
+    }
 }
 
 /// The MCP server over one plimsolld client.
@@ -60,7 +140,7 @@ impl PlimsollMcp {
             inner: Arc::new(Inner {
                 client,
                 call_files,
-                sessions: Mutex::new(HashMap::new()),
+                sessions: Mutex::new(Table::default()),
             }),
         }
     }
@@ -72,10 +152,10 @@ impl PlimsollMcp {
 
     /// How many sessions this server holds open.
     pub fn open_sessions(&self) -> usize {
-        self.sessions().len()
+        self.sessions().open.len()
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, SessionSlot>> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Table> {
         self.inner
             .sessions
             .lock()
@@ -88,9 +168,9 @@ impl PlimsollMcp {
 
     /// Closes every session this server holds (at shutdown); errors are logged.
     pub async fn close_all(&self) {
-        let all: Vec<SessionSlot> = self.sessions().drain().map(|(_, s)| s).collect();
+        let all: Vec<Arc<SessionSlot>> = self.sessions().open.drain().map(|(_, s)| s).collect();
         for slot in all {
-            let session = slot.lock().await;
+            let session = slot.session.lock().await;
             if let Err(e) = self.client().close_session(&session).await {
                 tracing::warn!(session = %session.fingerprint(), error = %e, "closing a session at shutdown failed");
             }
@@ -123,15 +203,37 @@ impl PlimsollMcp {
                 Err(_) => tool_error(no_answer(wait)),
             };
         };
-        let Some(slot) = self.sessions().get(&handle).cloned() else {
+        let Some(slot) = self.sessions().open.get(&handle).cloned() else {
             return unknown_session(&handle);
         };
-        let req = match request::in_session(&a, &call_files) {
+        let mut req = match request::in_session(&a, &call_files) {
             Ok(r) => r,
             Err(e) => return tool_error(format!("{NOT_SENT}invalid arguments for run_code: {e}")),
         };
-        let wait = answer_deadline(a.timeout_ms);
-        let mut session = slot.lock().await;
+        let Some(_place) = slot.join() else {
+            return tool_error(format!(
+                "not dispatched (capacity): session {handle} already has {MAX_WAITING_CALLS} calls waiting behind the one it runs (the most plimsoll-mcp queues in a session); wait for their answers, then send this call again"
+            ));
+        };
+        // The wait for the session's turn counts within the call's own deadline.
+        let deadline_ms = a
+            .timeout_ms
+            .unwrap_or(plimsoll_core::validate::MAX_TIMEOUT_MS);
+        let arrived = tokio::time::Instant::now();
+        let turn = arrived + Duration::from_millis(deadline_ms.into());
+        let mut session = match tokio::time::timeout_at(turn, slot.session.lock()).await {
+            Ok(s) => s,
+            Err(_) => return busy_session(&handle, deadline_ms),
+        };
+        if let Some(asked) = a.timeout_ms {
+            let left = turn.saturating_duration_since(tokio::time::Instant::now());
+            let left_ms = u32::try_from(left.as_millis()).unwrap_or(asked).min(asked);
+            if left_ms == 0 {
+                return busy_session(&handle, deadline_ms);
+            }
+            req.timeout_ms = left_ms as i32;
+        }
+        let wait = answer_deadline(u32::try_from(req.timeout_ms).ok().filter(|t| *t > 0));
         let answer =
             match tokio::time::timeout(wait, self.client().session_run(&mut session, req)).await {
                 Ok(a) => a,
@@ -177,12 +279,25 @@ impl PlimsollMcp {
         }
     }
 
+    /// Reserves a place for a session about to open, or `None` at [`MAX_SESSIONS`].
+    fn reserve(&self) -> Option<Reservation<'_>> {
+        let mut t = self.sessions();
+        if t.open.len() + t.opening >= MAX_SESSIONS {
+            return None;
+        }
+        t.opening += 1;
+        Some(Reservation {
+            server: self,
+            held: true,
+        })
+    }
+
     async fn open_session(&self, a: args::OpenSession) -> CallToolResult {
-        if self.open_sessions() >= MAX_SESSIONS {
+        let Some(place) = self.reserve() else {
             return tool_error(format!(
                 "not dispatched (capacity): this server already holds {MAX_SESSIONS} open sessions; close one with close_session"
             ));
-        }
+        };
         let req = pb::OpenSessionRequest {
             protocol: plimsoll_core::PROTOCOL,
             minimum_isolation: a
@@ -207,8 +322,7 @@ impl PlimsollMcp {
         };
         let handle = format!("s-{}", hex::encode(rand::random::<[u8; 16]>()));
         let opened = session.opened().clone();
-        self.sessions()
-            .insert(handle.clone(), Arc::new(tokio::sync::Mutex::new(session)));
+        place.fill(handle.clone(), session);
         tracing::info!(session = %opened.session, "session opened");
         render::structured(
             format!(
@@ -227,10 +341,10 @@ impl PlimsollMcp {
     }
 
     async fn close_session(&self, a: args::CloseSession) -> CallToolResult {
-        let Some(slot) = self.sessions().remove(&a.session) else {
+        let Some(slot) = self.sessions().open.remove(&a.session) else {
             return unknown_session(&a.session);
         };
-        let session = slot.lock().await;
+        let session = slot.session.lock().await;
         match self.client().close_session(&session).await {
             Ok(closed) => render::structured(
                 format!(
@@ -275,6 +389,12 @@ fn no_answer(wait: std::time::Duration) -> String {
         "plimsolld gave no answer within {} s (the call's deadline and a 30 s margin); the code may have run: do not resend it blindly",
         wait.as_secs()
     )
+}
+
+fn busy_session(handle: &str, deadline_ms: u32) -> CallToolResult {
+    tool_error(format!(
+        "not dispatched (capacity): session {handle} was busy with earlier calls until this call's deadline ({deadline_ms} ms) passed; nothing was sent: send it again when they are answered, or with a longer timeout_ms"
+    ))
 }
 
 fn unknown_session(handle: &str) -> CallToolResult {
