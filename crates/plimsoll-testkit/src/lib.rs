@@ -12,7 +12,9 @@
 //!   terminator + sandboxd pods.
 //! - [`tsa`]: a live OpenSSL RFC 3161 time-stamp authority on loopback.
 //! - [`python`]: the gate for tests driven by independent Python clients.
+//! - [`bound`]: an outer cgroup bound (processes, memory) for tests that run a bomb.
 
+pub mod bound;
 pub mod bwrap;
 pub mod ca;
 pub mod daemon;
