@@ -247,6 +247,9 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
             };
             // The first line on stderr: which provider runs, and why.
             say(&format!("plimsoll-mcp: {}", e.chosen));
+            for note in &e.chosen.notes {
+                say(&format!("plimsoll-mcp: {note}"));
+            }
             let opts = ClientOptions {
                 token: Some(e.token.clone()),
                 ca_file: None,

@@ -42,9 +42,12 @@ fn describe_with(args: &[&str], envs: &[(&str, &Path)]) -> (String, Option<i32>,
         // A server that refused to start has closed its stdin: nothing to answer then.
         writeln!(stdin, "{v}").and_then(|()| stdin.flush()).is_ok()
     };
-    let sent = send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "wall-test", "version": "1"}}}))
-        && send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        && send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "describe", "arguments": {}}}));
+    let sent = send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "wall-test", "version": "1"}}}),
+    ) && send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        && send(
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "describe", "arguments": {}}}),
+        );
     if sent {
         let mut line = String::new();
         while stdout.read_line(&mut line).unwrap_or(0) > 0 {

@@ -351,7 +351,10 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
         }
-        tracing::info!(mib = mb, "memory per process bounded (RLIMIT_AS, RLIMIT_DATA)");
+        tracing::info!(
+            mib = mb,
+            "memory per process bounded (RLIMIT_AS, RLIMIT_DATA)"
+        );
     }
     if let Some(n) = flags.max_processes {
         let limit = u64::from(n);

@@ -233,7 +233,11 @@ impl Link {
         };
         {
             use std::io::Write;
-            let _ = writeln!(io::stderr(), "plimsoll: {chosen}");
+            let mut err = io::stderr().lock();
+            let _ = writeln!(err, "plimsoll: {chosen}");
+            for note in &chosen.notes {
+                let _ = writeln!(err, "plimsoll: {note}");
+            }
         }
         let client = match Client::connect(
             &url,

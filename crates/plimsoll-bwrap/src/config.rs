@@ -374,7 +374,11 @@ mod tests {
         assert_eq!(c.process_memory_mb, DEFAULT_PROCESS_MEMORY_MB);
         let r = c.resources(shared.resources);
         assert_eq!((r.memory_mb, r.cpus), (DEFAULT_PROCESS_MEMORY_MB, 0.0));
-        assert!(c.memory_statement().contains("RLIMIT_AS"), "{}", c.memory_statement());
+        assert!(
+            c.memory_statement().contains("RLIMIT_AS"),
+            "{}",
+            c.memory_statement()
+        );
         shared.explicit_resources = vec!["SANDBOX_MEMORY_MB"];
         shared.resources.memory_mb = 256;
         let memory = crate::cgroup::Limits {

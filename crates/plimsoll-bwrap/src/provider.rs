@@ -360,13 +360,9 @@ impl Inner {
             "bwrap provider proved its wall (tier container); limits held: {}{not_held}",
             held.join(", ")
         );
-        // The memory bound in words, at the level the operator sees by default when it is
-        // the weaker one.
-        if limits.memory_mb == 0 && self.cfg.process_memory_mb > 0 {
-            tracing::warn!("{}", self.cfg.memory_statement());
-        } else {
-            tracing::info!("{}", self.cfg.memory_statement());
-        }
+        // The memory bound in words (an embedded daemon's caller prints it after its first
+        // line, so it is not a warning that would come before that line).
+        tracing::info!("{}", self.cfg.memory_statement());
         let _ = self.proven.set(proven);
         if self.cfg.pool > 0 {
             let me = Arc::downgrade(self);

@@ -452,7 +452,11 @@ async fn the_memory_limit_is_enforced_or_startup_refuses_to_claim_it() {
             // (RLIMIT_AS, RLIMIT_DATA), stated as such; `bwrap_memory` runs it.
             let c = read.unwrap();
             assert_eq!((c.cgroup.memory_mb, c.process_memory_mb), (0, 96));
-            assert!(c.memory_statement().contains("per process"), "{}", c.memory_statement());
+            assert!(
+                c.memory_statement().contains("per process"),
+                "{}",
+                c.memory_statement()
+            );
             eprintln!("no delegated cgroup v2 here ({why}): memory is bounded per process");
         }
         Ok(_) => {

@@ -9,7 +9,10 @@
 //!   provider is *started* (its host checks and its smoke test, the same as plimsolld's),
 //!   and only if that fails does the process provider run, with the reason in
 //!   [`Chosen`]. Nothing is guessed from `PATH`. The caller prints [`Chosen`] as its first
-//!   line on stderr.
+//!   line on stderr, then its notes (what the limits hold: bwrap's memory bound, the
+//!   process provider's process limit), one line each. The providers log those at info
+//!   level, not as warnings, so nothing comes before that first line at the callers'
+//!   default level (warn).
 //! - **Which variables.** Only the providers' own variables (`SANDBOX_BWRAP_*`,
 //!   `SANDBOX_PROCESS_USER`, listed in [`VARIABLES`]) are read from the caller's
 //!   environment; every shared setting keeps its default, so the embedded daemon behaves
@@ -75,6 +78,9 @@ pub struct Chosen {
     pub tier: Option<Tier>,
     /// Why this one, in words for the user.
     pub why: String,
+    /// What its limits hold and what they do not (`memory: …`, `processes: …`), one line
+    /// each, for after the first line.
+    pub notes: Vec<String>,
 }
 
 impl std::fmt::Display for Chosen {
@@ -178,30 +184,47 @@ pub async fn start(
     let env = Only(env);
     match want {
         Want::Named(name) => {
-            let (daemon, url, token) = start_one(name, max_sessions, &env).await?;
+            let (daemon, url, token, notes) = start_one(name, max_sessions, &env).await?;
             let facts = daemon.facts();
-            let why = if name == plimsoll_bwrap::NAME {
-                proven_why(&facts.environment)
-            } else {
-                "named with --provider".to_owned()
+            let why = match name {
+                plimsoll_bwrap::NAME => proven_why(&facts.environment),
+                plimsoll_quickjs::config::NAME => {
+                    "JavaScript snippets in a QuickJS worker (rlimits, a seccomp filter, no file, network or process API)".to_owned()
+                }
+                _ => "as asked; nothing stands between the code and this machine".to_owned(),
             };
-            Ok(embedded(daemon, url, token, name, facts.tier, why))
+            Ok(embedded(daemon, url, token, name, facts.tier, why, notes))
         }
         Want::Strongest => match start_one(plimsoll_bwrap::NAME, max_sessions, &env).await {
-            Ok((daemon, url, token)) => {
+            Ok((daemon, url, token, notes)) => {
                 let facts = daemon.facts();
                 let why = proven_why(&facts.environment);
-                Ok(embedded(daemon, url, token, plimsoll_bwrap::NAME, facts.tier, why))
+                Ok(embedded(
+                    daemon,
+                    url,
+                    token,
+                    plimsoll_bwrap::NAME,
+                    facts.tier,
+                    why,
+                    notes,
+                ))
             }
             Err(EmbeddedError::Unavailable { detail, .. }) => {
                 tracing::debug!(%detail, "bwrap is unavailable: the process provider runs");
-                let (daemon, url, token) =
+                let (daemon, url, token, notes) =
                     start_one(plimsoll_process::NAME, max_sessions, &env).await?;
                 let tier = daemon.facts().tier;
-                let why = format!(
-                    "bwrap unavailable: {detail}; install bubblewrap for a container wall"
-                );
-                Ok(embedded(daemon, url, token, plimsoll_process::NAME, tier, why))
+                let why =
+                    format!("bwrap unavailable: {detail}; install bubblewrap for a container wall");
+                Ok(embedded(
+                    daemon,
+                    url,
+                    token,
+                    plimsoll_process::NAME,
+                    tier,
+                    why,
+                    notes,
+                ))
             }
             Err(e) => Err(e),
         },
@@ -224,11 +247,13 @@ fn embedded(
     provider: &str,
     tier: Option<Tier>,
     why: String,
+    notes: Vec<String>,
 ) -> Embedded {
     let chosen = Chosen {
         provider: provider.to_owned(),
         tier,
         why,
+        notes,
     };
     tracing::info!(addr = %url, %chosen, "embedded daemon started");
     Embedded {
@@ -239,11 +264,14 @@ fn embedded(
     }
 }
 
+/// A started daemon, its address, its caller's token, and its limits' notes.
+type Started = (RunningDaemon, String, String, Vec<String>);
+
 async fn start_one(
     provider: &str,
     max_sessions: usize,
     env: &dyn EnvSource,
-) -> Result<(RunningDaemon, String, String), EmbeddedError> {
+) -> Result<Started, EmbeddedError> {
     let token = plimsoll_callers::generate_token();
     let file = plimsoll_callers::CallersFile {
         clients: vec![plimsoll_callers::Caller {
@@ -256,8 +284,8 @@ async fn start_one(
         provider: provider.to_owned(),
         detail,
     };
-    let registry = plimsoll_callers::Registry::new(file)
-        .map_err(|e| EmbeddedError::Caller(e.to_string()))?;
+    let registry =
+        plimsoll_callers::Registry::new(file).map_err(|e| EmbeddedError::Caller(e.to_string()))?;
     let mut cfg = Config::embedded(registry);
     cfg.shared.state_dir = state_dir().map_err(EmbeddedError::StateDir)?;
     cfg.sessions.max_sessions = max_sessions;
@@ -270,10 +298,15 @@ async fn start_one(
             c.pool = 0;
         }
     }
+    let notes = match &cfg.provider {
+        ProviderConfig::Bwrap(c) => vec![c.memory_statement()],
+        ProviderConfig::Process(c) => vec![c.processes_statement()],
+        _ => Vec::new(),
+    };
     match crate::server::start(cfg).await {
         Ok(daemon) => {
             let url = format!("http://{}", daemon.rpc_addr());
-            Ok((daemon, url, token))
+            Ok((daemon, url, token, notes))
         }
         Err(StartError::Provider(e)) => Err(unavailable(e.message)),
         Err(e) => Err(e.into()),

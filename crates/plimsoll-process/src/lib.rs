@@ -95,6 +95,24 @@ impl ProcessConfig {
     }
 }
 
+impl ProcessConfig {
+    /// How processes are bounded, in words (what startup logs, without the count of the
+    /// user's processes it reads then).
+    pub fn processes_statement(&self) -> String {
+        if self.run_as.is_some() {
+            format!(
+                "processes: each run runs as a user of its own with at most {} processes and threads (RLIMIT_NPROC)",
+                self.pids
+            )
+        } else {
+            format!(
+                "processes: runs share this user, and RLIMIT_NPROC counts every process of it: a run may take {} processes beyond what the user runs now, from this program and the user's others, until it ends; run as root for a user per run, or use bwrap",
+                self.pids
+            )
+        }
+    }
+}
+
 impl ProviderSetup for ProcessConfig {
     const NAME: &'static str = NAME;
     const VARIABLES: &'static [Variable] = VARIABLES;
@@ -189,9 +207,7 @@ impl ProcessProvider {
 
     /// A runner for one run or session, and the user it holds (given back when dropped):
     /// with per-run users, one of its own; otherwise plimsolld's.
-    pub(crate) fn runner_for_one(
-        &self,
-    ) -> Result<(OneRunner<'_>, Option<users::Slot>), Refusal> {
+    pub(crate) fn runner_for_one(&self) -> Result<(OneRunner<'_>, Option<users::Slot>), Refusal> {
         let Some(users) = &self.users else {
             return Ok((OneRunner::Shared(&self.runner), None));
         };
@@ -202,7 +218,10 @@ impl ProcessProvider {
             ))
         })?;
         let runner = self.runner.for_user(slot.who()).map_err(|e| {
-            Refusal::environment(format!("the process provider cannot run as {:?}: {e}", slot.who()))
+            Refusal::environment(format!(
+                "the process provider cannot run as {:?}: {e}",
+                slot.who()
+            ))
         })?;
         Ok((OneRunner::Own(runner), Some(slot)))
     }
@@ -229,13 +248,14 @@ impl ProcessProvider {
             )
         };
         setrlimit(Resource::RLIMIT_NPROC, limit, limit).map_err(|e| {
-            ProviderStartError::new(NAME, format!("cannot set the process limit RLIMIT_NPROC to {limit}: {e}"))
+            ProviderStartError::new(
+                NAME,
+                format!("cannot set the process limit RLIMIT_NPROC to {limit}: {e}"),
+            )
         })?;
-        if self.users.is_some() {
-            tracing::info!("processes: {note}");
-        } else {
-            tracing::warn!("processes: {note}");
-        }
+        // At info, plimsolld's default level: an embedded daemon's caller prints
+        // `ProcessConfig::processes_statement` after its first line instead.
+        tracing::info!("processes: {note}");
         Ok(())
     }
 
@@ -253,10 +273,7 @@ impl ProcessProvider {
                 .javascript(&js, timeout, env)
                 .await
                 .map(Answer::Javascript),
-            Work::Project(p) => runner
-                .project(&p, timeout, env)
-                .await
-                .map(Answer::Project),
+            Work::Project(p) => runner.project(&p, timeout, env).await.map(Answer::Project),
         }
         .map_err(runner_error)
     }
@@ -326,8 +343,9 @@ impl Provider for ProcessProvider {
         }
         self.limit_processes()?;
         let langs = {
-            let (runner, _slot) =
-                self.runner_for_one().map_err(|r| ProviderStartError::new(NAME, r.to_string()))?;
+            let (runner, _slot) = self
+                .runner_for_one()
+                .map_err(|r| ProviderStartError::new(NAME, r.to_string()))?;
             runner.prove_languages().await
         };
         if !langs.iter().any(|l| l == "shell") {

@@ -125,8 +125,8 @@ pub fn open_the_way(state_dir: &Path, own: &[&Path]) -> Result<(), String> {
                 .map_err(|e| format!("cannot allow search (o+x) on {}: {e}", dir.display()))?;
         }
     }
-    let canonical = std::fs::canonicalize(state_dir)
-        .map_err(|e| format!("{}: {e}", state_dir.display()))?;
+    let canonical =
+        std::fs::canonicalize(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
     let blocked: Vec<String> = canonical
         .ancestors()
         .skip(1)
@@ -190,7 +190,10 @@ mod tests {
 
     #[test]
     fn the_range_is_parsed_and_root_refused() {
-        assert_eq!(parse("2100000000:2100000001"), Ok((2_100_000_000, 2_100_000_001)));
+        assert_eq!(
+            parse("2100000000:2100000001"),
+            Ok((2_100_000_000, 2_100_000_001))
+        );
         for bad in ["0:5", "5:0", "x:1", "1000", "4294967000:5"] {
             assert!(parse(bad).is_err(), "{bad}");
         }

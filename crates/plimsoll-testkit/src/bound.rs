@@ -26,13 +26,17 @@ impl Bound {
     /// At most `extra` processes and threads more than this test process has now, for it
     /// and everything it starts.
     pub fn pids_above_now(extra: u32) -> Option<Bound> {
-        let b = Bound::pids(u32::MAX / 2)?;
+        // No limit for the moment of the move, then the real one.
+        let b = Bound::create("pids", |b| std::fs::write(b.dir.join("pids.max"), "max"))?;
         let now: u32 = std::fs::read_to_string(b.dir.join("pids.current"))
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0);
         if let Err(e) = std::fs::write(b.dir.join("pids.max"), (now + extra).to_string()) {
-            skip(&format!("cannot write {}: {e}", b.dir.join("pids.max").display()));
+            skip(&format!(
+                "cannot write {}: {e}",
+                b.dir.join("pids.max").display()
+            ));
             return None;
         }
         Some(b)
@@ -45,7 +49,8 @@ impl Bound {
             if b.v1 {
                 std::fs::write(b.dir.join("memory.limit_in_bytes"), bytes.to_string())?;
                 // Absent without swap accounting: the limit above still holds.
-                let _ = std::fs::write(b.dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
+                let _ =
+                    std::fs::write(b.dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
                 Ok(())
             } else {
                 std::fs::write(b.dir.join("memory.max"), bytes.to_string())?;
@@ -80,7 +85,9 @@ impl Bound {
     ) -> Option<Bound> {
         let found = place(controller);
         let Some((parent, v1)) = found else {
-            skip(&format!("no cgroup offers the {controller} controller to this test"));
+            skip(&format!(
+                "no cgroup offers the {controller} controller to this test"
+            ));
             return None;
         };
         let dir = parent.join(format!("plimsoll-test-{}-{controller}", std::process::id()));
@@ -93,7 +100,10 @@ impl Bound {
             std::fs::write(b.dir.join("cgroup.procs"), std::process::id().to_string())
         });
         if let Err(e) = ready {
-            skip(&format!("cannot bound the test in {}: {e}", b.dir.display()));
+            skip(&format!(
+                "cannot bound the test in {}: {e}",
+                b.dir.display()
+            ));
             return None;
         }
         Some(b)
