@@ -370,6 +370,8 @@ fn embedded_run_prints_output_tier_and_record() {
 #[test]
 fn embedded_floor_vm_is_refused_and_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
+    // As root the run is a user of its own: let it write the marker.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     let marker = dir.path().join("marker");
     let code = format!(
         "require('fs').writeFileSync({:?}, 'ran')",
