@@ -62,7 +62,6 @@ fn describe_with(args: &[&str], envs: &[(&str, &Path)]) -> (String, Option<i32>,
             line.clear();
         }
     }
-    drop(send);
     drop(stdin);
     let status = child.wait().unwrap();
     (text, status.code(), stderr.join().unwrap())
