@@ -22,13 +22,17 @@ Exit codes:
   0  the client closed stdin (stdio), or a signal (SIGINT, SIGTERM) stopped the server;
      the sessions it held were closed
   1  serving failed (the protocol channel broke)
-  2  usage or configuration error (one line naming the bad flag, variable or file)
+  2  usage or configuration error (one line naming the bad flag, variable or file), or
+     the embedded daemon's --provider cannot run on this machine (naming why)
   4  the daemon could not be reached, or the embedded daemon did not start
 
 Variables:
   PLIMSOLL_CALLER_TOKEN  the caller token for --daemon (instead of --token-file)
   PLIMSOLL_MCP_TOKEN     the bearer token HTTP clients must send (instead of
                          --http-token-file); required with --listen HOST:PORT
+  SANDBOX_BWRAP_PATH, SANDBOX_BWRAP_SANDBOXD, SANDBOX_BWRAP_USER, SANDBOX_BWRAP_POOL,
+  SANDBOX_PROCESS_USER   the embedded daemon's bwrap and process settings (as for
+                         plimsolld; no other SANDBOX_* variable is read)
   RUST_LOG               the log level (default warn)";
 
 /// The MCP server agents use: run code in plimsoll's sandbox, with sessions and call files.
@@ -45,10 +49,14 @@ struct Cli {
     /// PEM CA certificates an https:// daemon's certificate must chain to.
     #[arg(long, value_name = "FILE", requires = "daemon")]
     ca_file: Option<PathBuf>,
-    /// Without --daemon: the embedded daemon's provider. `process` (the default) runs
-    /// python3, node and sh from PATH, with sessions; `quickjs` runs JavaScript snippets
-    /// only and needs nothing installed.
-    #[arg(long, value_name = "NAME", value_parser = ["process", "quickjs"], conflicts_with = "daemon")]
+    /// Without --daemon: the embedded daemon's provider. `bwrap` runs python3, node and sh
+    /// in a bubblewrap sandbox per run or session (tier container; needs bwrap 0.8 or
+    /// later, user namespaces and plimsoll-sandboxd beside this binary or in
+    /// SANDBOX_BWRAP_SANDBOXD); `process` runs them with no wall; both keep sessions.
+    /// `quickjs` runs JavaScript snippets only and needs nothing installed. Without it:
+    /// bwrap when its smoke test passes here, else process; the first line on stderr says
+    /// which and why.
+    #[arg(long, value_name = "NAME", value_parser = ["bwrap", "process", "quickjs"], conflicts_with = "daemon")]
     provider: Option<String>,
     /// Write every regular text file under DIR into every run_code call, fresh or in a
     /// session, before the call's own files (a call's file at the same path is refused).
@@ -244,15 +252,44 @@ async fn serve(cli: Cli) -> Result<(), Fail> {
             (c, None)
         }
         None => {
-            let provider = cli.provider.as_deref().unwrap_or("process");
-            let sessions = if provider == "process" {
-                EMBEDDED_SESSIONS
-            } else {
-                0
+            use plimsoll_daemon::embedded::{EmbeddedError, Want};
+            let want = match cli.provider.as_deref() {
+                Some(p) => Want::Named(p),
+                None => Want::Strongest,
             };
-            let e = plimsoll_daemon::embedded::start(provider, sessions)
-                .await
-                .map_err(|e| Fail(4, anyhow::anyhow!("the embedded daemon did not start: {e}")))?;
+            let sessions = if want == Want::Named("quickjs") {
+                0
+            } else {
+                EMBEDDED_SESSIONS
+            };
+            let e = match plimsoll_daemon::embedded::start(
+                want,
+                sessions,
+                &plimsoll_daemon::env::ProcessEnv,
+            )
+            .await
+            {
+                Ok(e) => e,
+                // The machine cannot give what was asked for: a configuration error.
+                Err(e @ (EmbeddedError::Unavailable { .. } | EmbeddedError::StateDir(_))) => {
+                    let flag = match want {
+                        Want::Named(p) => format!("--provider {p}: "),
+                        Want::Strongest => String::new(),
+                    };
+                    return Err(usage(anyhow::anyhow!("{flag}{e}")));
+                }
+                Err(e) => {
+                    return Err(Fail(
+                        4,
+                        anyhow::anyhow!("the embedded daemon did not start: {e}"),
+                    ))
+                }
+            };
+            // The first line on stderr: which provider runs, and why.
+            say(&format!("plimsoll-mcp: {}", e.chosen));
+            for note in &e.chosen.notes {
+                say(&format!("plimsoll-mcp: {note}"));
+            }
             let opts = ClientOptions {
                 token: Some(e.token.clone()),
                 ca_file: None,

@@ -107,6 +107,13 @@ struct Flags {
     /// keeps to 2 worker threads and 8 blocking threads.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..))]
     max_processes: Option<u32>,
+    /// At most this many MiB of address space and of data (`RLIMIT_AS` and `RLIMIT_DATA`)
+    /// per process, sandboxd's own included, set before anything starts and inherited by
+    /// every program: an allocation beyond it fails (Python's `MemoryError`, node's
+    /// allocation failure). A bound per process, not in total: the bwrap provider uses it
+    /// where no delegated cgroup v2 holds a sandbox's memory.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u32).range(32..))]
+    max_memory_mb: Option<u32>,
     /// Restrict sandboxd and every program it starts with Landlock (where the kernel offers
     /// it), for the bwrap provider's sandbox layout: read and execute only the system
     /// directories (`/usr`, `/etc`, `/bin`, `/sbin`, `/lib*`), read `/proc`, write but never
@@ -364,6 +371,23 @@ fn main() -> ExitCode {
         }
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(mb) = flags.max_memory_mb {
+        use nix::sys::resource::{setrlimit, Resource};
+        let bytes = u64::from(mb) << 20;
+        for (name, r) in [
+            ("RLIMIT_AS", Resource::RLIMIT_AS),
+            ("RLIMIT_DATA", Resource::RLIMIT_DATA),
+        ] {
+            if let Err(e) = setrlimit(r, bytes, bytes) {
+                eprintln!("plimsoll-sandboxd: cannot set {name} to {mb} MiB: {e}");
+                return ExitCode::from(1);
+            }
+        }
+        tracing::info!(
+            mib = mb,
+            "memory per process bounded (RLIMIT_AS, RLIMIT_DATA)"
+        );
+    }
     if let Some(n) = flags.max_processes {
         let limit = u64::from(n);
         if let Err(e) =

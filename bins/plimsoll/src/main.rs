@@ -29,9 +29,14 @@ Exit codes:
      printed; with --exit-code plimsoll exits with it instead)
   1  the answer failed the record check, or an error came back without a
      not-dispatched mark: the code may have run; do not retry automatically
-  2  usage or configuration error (one line naming the bad flag or file)
+  2  usage or configuration error (one line naming the bad flag or file), or the
+     embedded daemon's --provider cannot run on this machine (naming why)
   3  refused, not dispatched: nothing ran; prints `not dispatched (<reason>): <message>`
-  4  could not connect, or the embedded daemon did not start: nothing was sent";
+  4  could not connect, or the embedded daemon did not start: nothing was sent
+
+Without --addr the first line on stderr names the embedded daemon's provider and why.
+It reads SANDBOX_BWRAP_PATH, SANDBOX_BWRAP_SANDBOXD, SANDBOX_BWRAP_USER,
+SANDBOX_BWRAP_POOL and SANDBOX_PROCESS_USER as plimsolld does, no other SANDBOX_*.";
 
 /// The exit codes of the session commands and `repl`, stable for scripts.
 const SESSION_EXIT_CODES: &str = "\

@@ -1,7 +1,11 @@
 //! `plimsoll run` and `plimsoll describe`: build the request, reach a daemon (remote, or
 //! an embedded one: the quickjs provider for JavaScript snippets, which needs nothing
-//! installed, and the process provider for projects or when asked), check the answer, print
-//! it.
+//! installed; for projects the strongest wall that proves itself here, bwrap, else the
+//! process provider; or the one `--provider` names), check the answer, print it.
+//!
+//! An embedded daemon's first line on stderr names its provider and why
+//! (`plimsoll: provider bwrap (tier container): bwrap 0.8.0 passed its smoke test`);
+//! stdout is unchanged.
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -10,6 +14,8 @@ use clap::{ArgGroup, Args};
 use plimsoll_client::{pb, Client, ClientOptions};
 use plimsoll_core::validate::MAX_REQUEST_BYTES;
 use plimsoll_core::PROTOCOL;
+
+use plimsoll_daemon::embedded::Want;
 
 use crate::fail::Fail;
 use crate::project::{parse_timeout, read_project};
@@ -130,9 +136,12 @@ pub struct RunArgs {
     #[command(flatten)]
     payload: PayloadArgs,
     /// Without --addr: the embedded daemon's provider. `quickjs` (the default for
-    /// JavaScript) needs nothing installed; `process` runs node, python3 and sh from PATH
-    /// (the default for --project).
-    #[arg(long, value_name = "NAME", value_parser = ["quickjs", "process"])]
+    /// JavaScript) needs nothing installed; `bwrap` runs node, python3 and sh in a
+    /// bubblewrap sandbox (tier container; needs bwrap 0.8 or later, user namespaces and
+    /// plimsoll-sandboxd beside this binary or in SANDBOX_BWRAP_SANDBOXD); `process` runs
+    /// them with no wall. Without it a --project gets bwrap when its smoke test passes here,
+    /// else process; the first line on stderr says which and why.
+    #[arg(long, value_name = "NAME", value_parser = ["quickjs", "bwrap", "process"])]
     provider: Option<String>,
     /// Run in the session this state file holds (`session open` wrote it), exactly as
     /// `plimsoll session run --state FILE` does; the daemon's address comes from the file
@@ -142,13 +151,15 @@ pub struct RunArgs {
 }
 
 /// The embedded daemon's provider for these arguments.
-fn embedded_provider(args: &RunArgs) -> Result<&'static str, Fail> {
+fn embedded_provider(args: &RunArgs) -> Result<Want<'static>, Fail> {
     match (args.provider.as_deref(), args.payload.project.is_some()) {
         (Some("quickjs"), true) => Err(Fail::usage(
-            "--provider quickjs runs JavaScript snippets only; a --project needs --provider process",
+            "--provider quickjs runs JavaScript snippets only; a --project needs --provider process or bwrap (or no --provider: the strongest that runs here)",
         )),
-        (Some("quickjs"), false) | (None, false) => Ok("quickjs"),
-        _ => Ok("process"),
+        (Some("quickjs"), false) | (None, false) => Ok(Want::Named("quickjs")),
+        (Some("bwrap"), _) => Ok(Want::Named("bwrap")),
+        (Some(_), _) => Ok(Want::Named("process")),
+        (None, true) => Ok(Want::Strongest),
     }
 }
 
@@ -170,7 +181,7 @@ pub(crate) struct Link {
 
 impl Link {
     /// The daemon at `conn.addr`, or an embedded one with `provider` (sessions off).
-    pub(crate) async fn open(conn: &Conn, provider: &'static str) -> Result<Link, Fail> {
+    pub(crate) async fn open(conn: &Conn, provider: Want<'static>) -> Result<Link, Fail> {
         match given_addr(conn) {
             Some(addr) => Ok(Link {
                 client: connect(addr, conn.token_file.as_deref(), conn.ca_file.clone()).await?,
@@ -186,15 +197,48 @@ impl Link {
     }
 
     /// Starts an in-process daemon with `provider` (and room for `max_sessions` sessions)
-    /// that accepts one caller, whose token lives only in this process's memory.
+    /// that accepts one caller, whose token lives only in this process's memory, and says
+    /// on stderr which provider runs and why (the first line, before any other).
     pub(crate) async fn embedded(
-        provider: &'static str,
+        provider: Want<'static>,
         max_sessions: usize,
     ) -> Result<Link, Fail> {
-        let plimsoll_daemon::embedded::Embedded { daemon, url, token } =
-            plimsoll_daemon::embedded::start(provider, max_sessions)
-                .await
-                .map_err(|e| Fail::connect(format!("the embedded daemon did not start: {e}")))?;
+        use plimsoll_daemon::embedded::EmbeddedError;
+        let started = plimsoll_daemon::embedded::start(
+            provider,
+            max_sessions,
+            &plimsoll_daemon::env::ProcessEnv,
+        )
+        .await;
+        let plimsoll_daemon::embedded::Embedded {
+            daemon,
+            url,
+            token,
+            chosen,
+        } = match started {
+            Ok(e) => e,
+            // The machine cannot give what was asked for: a configuration error.
+            Err(e @ (EmbeddedError::Unavailable { .. } | EmbeddedError::StateDir(_))) => {
+                let flag = match provider {
+                    Want::Named(p) => format!("--provider {p}: "),
+                    Want::Strongest => String::new(),
+                };
+                return Err(Fail::usage(format!("{flag}{e}")));
+            }
+            Err(e) => {
+                return Err(Fail::connect(format!(
+                    "the embedded daemon did not start: {e}"
+                )))
+            }
+        };
+        {
+            use std::io::Write;
+            let mut err = io::stderr().lock();
+            let _ = writeln!(err, "plimsoll: {chosen}");
+            for note in &chosen.notes {
+                let _ = writeln!(err, "plimsoll: {note}");
+            }
+        }
         let client = match Client::connect(
             &url,
             ClientOptions {
@@ -351,7 +395,7 @@ pub async fn run(args: RunArgs) -> Result<u8, Fail> {
 
 /// `plimsoll describe`.
 pub async fn describe(args: DescribeArgs) -> Result<u8, Fail> {
-    let mut link = Link::open(&args.conn, "quickjs").await?;
+    let mut link = Link::open(&args.conn, Want::Named("quickjs")).await?;
     let answer = link.client.describe().await;
     link.close().await;
     let d = answer?;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use clap::{ArgGroup, Args};
 use plimsoll_client::{pb, Client, ClientError, Session};
 use plimsoll_core::PROTOCOL;
+use plimsoll_daemon::embedded::Want;
 use serde::{Deserialize, Serialize};
 
 use crate::fail::Fail;
@@ -447,8 +448,8 @@ pub async fn close(args: StateArgs) -> Result<u8, Fail> {
 /// `plimsoll repl`.
 pub async fn repl(args: ReplArgs) -> Result<u8, Fail> {
     let mut link = match given_addr(&args.conn) {
-        Some(_) => Link::open(&args.conn, "process").await?,
-        None => Link::embedded("process", 1).await?,
+        Some(_) => Link::open(&args.conn, Want::Named("process")).await?,
+        None => Link::embedded(Want::Named("process"), 1).await?,
     };
     let outcome = repl_loop(&mut link.client, &args.language).await;
     link.close().await;

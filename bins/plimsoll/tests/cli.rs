@@ -370,6 +370,8 @@ fn embedded_run_prints_output_tier_and_record() {
 #[test]
 fn embedded_floor_vm_is_refused_and_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
+    // As root the run is a user of its own: let it write the marker.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
     let marker = dir.path().join("marker");
     let code = format!(
         "require('fs').writeFileSync({:?}, 'ran')",
@@ -579,4 +581,96 @@ fn remote_daemon_with_a_token_from_callers_add() {
             stderr(o)
         );
     }
+}
+
+// ---- the embedded daemon's choice of wall ----
+
+/// `plimsoll run` with `envs` added (and `SANDBOX_*` of the test's own environment
+/// removed), its stdout, stderr and exit code.
+fn plimsoll_with(args: &[&str], envs: &[(&str, &Path)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_plimsoll"));
+    cmd.args(args)
+        .env_remove("PLIMSOLL_ADDR")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("SANDBOX_") {
+            cmd.env_remove(k);
+        }
+    }
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the plimsoll binary starts")
+}
+
+/// With no --provider a project runs behind the strongest wall that proves itself here
+/// (bwrap), and the first line on stderr says so; with bwrap unavailable it falls back to
+/// the process provider and says why; `--provider bwrap` with bwrap unavailable is a
+/// configuration error (exit 2) naming the cause.
+#[test]
+fn embedded_project_runs_behind_the_strongest_wall_and_says_which() {
+    if !plimsoll_testkit::bwrap::installed() {
+        return;
+    }
+    let folder = plimsoll_testkit::bwrap::folder();
+    let sandboxd = plimsoll_testkit::bwrap::sandboxd_in(folder.path());
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("a.txt"), "hello\n").unwrap();
+    let dir = project.path().to_str().unwrap();
+    let run = ["run", "--project", dir, "--step", "cat a.txt; id -u"];
+
+    let o = plimsoll_with(&run, &[("SANDBOX_BWRAP_SANDBOXD", &sandboxd)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    let first = err.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with("plimsoll: provider bwrap (tier container): bwrap ")
+            && first.ends_with("passed its smoke test"),
+        "{err}"
+    );
+    let text = stdout(&o);
+    assert_eq!(field(&text, "provider:"), Some("bwrap"), "{text}");
+    assert_eq!(field(&text, "isolation:"), Some("container"), "{text}");
+    assert!(text.contains("hello\n"), "{text}");
+
+    // bwrap unavailable: the process provider, and why.
+    let missing = folder.path().join("no-such-bwrap");
+    let o = plimsoll_with(
+        &run,
+        &[
+            ("SANDBOX_BWRAP_SANDBOXD", &sandboxd),
+            ("SANDBOX_BWRAP_PATH", &missing),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    let first = err.lines().next().unwrap_or("");
+    assert!(
+        first.starts_with("plimsoll: provider process (no wall): bwrap unavailable: ")
+            && first.contains("SANDBOX_BWRAP_PATH")
+            && first.ends_with("install bubblewrap for a container wall"),
+        "{err}"
+    );
+    let text = stdout(&o);
+    assert_eq!(field(&text, "provider:"), Some("process"), "{text}");
+    assert_eq!(field(&text, "isolation:"), Some("process"), "{text}");
+
+    // Named, and unavailable: exit 2, naming the cause; nothing ran.
+    let mut named = vec!["run", "--provider", "bwrap"];
+    named.extend_from_slice(&run[1..]);
+    let o = plimsoll_with(
+        &named,
+        &[
+            ("SANDBOX_BWRAP_SANDBOXD", &sandboxd),
+            ("SANDBOX_BWRAP_PATH", &missing),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("--provider bwrap") && err.contains("SANDBOX_BWRAP_PATH"),
+        "{err}"
+    );
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
 }

@@ -82,7 +82,9 @@ fn plimsolld_serves_from_bwrap_states_its_wall_and_keeps_the_floors() {
         );
         assert_eq!(pe.languages, ["javascript", "python", "shell"]);
         let res = desc.resources.unwrap();
-        assert_eq!((res.memory_mb, res.pids), (0, 256), "{res:?}");
+        // Without a delegated cgroup v2 (the test machines') memory is the per-process
+        // bound, 1024 MiB by default; with one and SANDBOX_MEMORY_MB unset, the same.
+        assert_eq!((res.memory_mb, res.pids), (1024, 256), "{res:?}");
 
         for floor in ["", "process", "container"] {
             let resp = c.run(request("console.log(6 * 7)", floor)).await.unwrap();
@@ -157,16 +159,16 @@ fn bad_bwrap_configuration_is_a_clear_startup_error() {
     let other = fake_bwrap(tools.path(), "GNU bash, version 5.2");
     let log = refused(&[("SANDBOX_BWRAP_PATH", other.to_str().unwrap())], &[], 1);
     assert!(log.contains("not bubblewrap's version line"), "{log}");
-    // A limit the provider cannot hold here (no delegated cgroup v2) is refused by name,
-    // before anything starts.
-    let memory = plimsoll_bwrap::cgroup::Limits {
-        memory_mb: 256,
-        cpus: 0.0,
+    // A CPU limit the provider cannot hold here (no delegated cgroup v2) is refused by
+    // name, before anything starts (memory becomes a bound per process instead).
+    let cpu = plimsoll_bwrap::cgroup::Limits {
+        memory_mb: 0,
+        cpus: 1.0,
     };
-    if let Err(why) = plimsoll_bwrap::cgroup::find(&memory) {
-        let log = refused(&[("SANDBOX_MEMORY_MB", "256")], &[], 2);
+    if let Err(why) = plimsoll_bwrap::cgroup::find(&cpu) {
+        let log = refused(&[("SANDBOX_CPUS", "1")], &[], 2);
         assert!(
-            log.contains("SANDBOX_MEMORY_MB")
+            log.contains("SANDBOX_CPUS")
                 && log.contains("delegated cgroup v2")
                 && log.contains(&why),
             "{log}"

@@ -57,6 +57,9 @@ pub struct Spec {
     pub output_bytes: usize,
     /// Processes the sandbox may have (sandboxd's `--max-processes`).
     pub pids: u32,
+    /// Memory per process in MiB (sandboxd's `--max-memory-mb`: `RLIMIT_AS` and
+    /// `RLIMIT_DATA`), when no cgroup holds the sandbox's total (0: none).
+    pub process_memory_mb: u32,
     /// Languages proven on this host, handed to sandboxd; `None` makes it prove them.
     pub languages: Option<Vec<String>>,
     /// sandboxd in session mode.
@@ -225,6 +228,12 @@ pub fn args(spec: &Spec, system: &[SystemEntry]) -> Vec<String> {
         };
         push(&mut a, &["--languages", &list]);
     }
+    if spec.process_memory_mb > 0 {
+        push(
+            &mut a,
+            &["--max-memory-mb", &spec.process_memory_mb.to_string()],
+        );
+    }
     if spec.session {
         a.push("--session".to_owned());
     }
@@ -244,6 +253,7 @@ mod tests {
             default_timeout_ms: 30_000,
             output_bytes: 1 << 20,
             pids: 256,
+            process_memory_mb: 0,
             languages: None,
             session: false,
         }
@@ -308,7 +318,9 @@ mod tests {
         let (tmp, work) = ((16u64 << 20).to_string(), (160u64 << 20).to_string());
         assert_eq!(pair(&a, "--size"), [tmp.clone(), tmp, work]);
         assert_eq!(pair(&a, "--max-processes"), ["256"]);
-        assert!(!a.iter().any(|x| x == "--languages" || x == "--session"));
+        assert!(!a
+            .iter()
+            .any(|x| x == "--languages" || x == "--session" || x == "--max-memory-mb"));
         let sep = a.iter().position(|x| x == "--").unwrap();
         assert_eq!(a[sep + 1], SANDBOXD_PATH);
     }
@@ -323,6 +335,9 @@ mod tests {
         assert_eq!(a.last().map(String::as_str), Some("--session"));
         s.languages = Some(vec![]);
         assert_eq!(pair(&args(&s, &[]), "--languages"), ["none"]);
+        // Without a cgroup holding the total: the per-process memory bound.
+        s.process_memory_mb = 1024;
+        assert_eq!(pair(&args(&s, &[]), "--max-memory-mb"), ["1024"]);
     }
 
     #[test]

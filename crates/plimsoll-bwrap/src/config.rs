@@ -15,10 +15,16 @@
 //! - **Limits.** `SANDBOX_PIDS` (default 256) is the kernel's per-user process limit
 //!   inside each sandbox's own user namespace, so it counts that sandbox's processes only.
 //!   `SANDBOX_DISK_MB` (default 160) is the size of the sandbox's `/work` tmpfs (and `/tmp`
-//!   is a further 16 MiB). `SANDBOX_MEMORY_MB` and `SANDBOX_CPUS` are held only through a
-//!   delegated cgroup v2 (the `cgroup` module): set where there is none, they are refused at
-//!   startup, naming them and why; unset, runs get no memory or CPU limit of their own and
-//!   `Describe` states 0 for both.
+//!   is a further 16 MiB). `SANDBOX_CPUS` is held only through a delegated cgroup v2 (the
+//!   `cgroup` module): set where there is none, it is refused at startup, naming it and why.
+//! - **Memory.** With `SANDBOX_MEMORY_MB` set and a delegated cgroup v2, the sandbox's
+//!   total is held by its cgroup's `memory.max`. Otherwise (the variable unset, or no
+//!   delegated cgroup v2) every process of a sandbox gets `RLIMIT_AS` and `RLIMIT_DATA` of
+//!   `SANDBOX_MEMORY_MB` (default [`DEFAULT_PROCESS_MEMORY_MB`]), set by sandboxd on itself
+//!   before anything starts (`--max-memory-mb`) and inherited by every program: a weaker
+//!   bound, per process, so a sandbox's total is at most that times `SANDBOX_PIDS`. Startup
+//!   and `Describe` state which one holds (`Describe`'s memory is then the per-process
+//!   bound).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -58,6 +64,9 @@ pub const VARIABLES: &[Variable] = &[
 pub const DEFAULT_PIDS: u32 = 256;
 /// Size of the `/work` tmpfs when `SANDBOX_DISK_MB` is 0, in MiB.
 pub const DEFAULT_DISK_MB: u32 = 160;
+/// Memory per process (`RLIMIT_AS`, `RLIMIT_DATA`) without a delegated cgroup v2, when
+/// `SANDBOX_MEMORY_MB` is unset, in MiB.
+pub const DEFAULT_PROCESS_MEMORY_MB: u32 = 1024;
 /// Size of the `/tmp` tmpfs, in MiB.
 pub const TMP_MB: u32 = 16;
 /// The warm pool's size when `SANDBOX_BWRAP_POOL` is unset.
@@ -92,6 +101,28 @@ pub struct BwrapConfig {
     pub disk_mb: u32,
     /// Memory and CPU limits, held through a delegated cgroup v2 (zero: none).
     pub cgroup: crate::cgroup::Limits,
+    /// Memory per process (`RLIMIT_AS` and `RLIMIT_DATA`, in MiB) when the cgroup holds no
+    /// memory limit (0: none).
+    pub process_memory_mb: u32,
+}
+
+impl BwrapConfig {
+    /// How memory is bounded, in words for the startup line and the docs.
+    pub fn memory_statement(&self) -> String {
+        if self.cgroup.memory_mb > 0 {
+            format!(
+                "memory: {} MiB per sandbox in all (memory.max of a delegated cgroup v2)",
+                self.cgroup.memory_mb
+            )
+        } else if self.process_memory_mb > 0 {
+            format!(
+                "memory: RLIMIT_AS and RLIMIT_DATA {} MiB per process; no delegated cgroup v2 holds SANDBOX_MEMORY_MB, so a sandbox's total is not bounded (at most that times SANDBOX_PIDS {})",
+                self.process_memory_mb, self.pids
+            )
+        } else {
+            "memory: not limited".to_owned()
+        }
+    }
 }
 
 impl BwrapConfig {
@@ -112,6 +143,7 @@ impl BwrapConfig {
                 memory_mb: 0,
                 cpus: 0.0,
             },
+            process_memory_mb: DEFAULT_PROCESS_MEMORY_MB,
         }
     }
 }
@@ -236,17 +268,24 @@ impl ProviderSetup for BwrapConfig {
                 ),
             ));
         }
-        if !c.cgroup.controllers().is_empty() {
+        if c.cgroup.cpus > 0.0 {
             if let Err(why) = crate::cgroup::find(&c.cgroup) {
-                let name = if c.cgroup.memory_mb > 0 {
-                    "SANDBOX_MEMORY_MB"
-                } else {
-                    "SANDBOX_CPUS"
-                };
                 return Err(ConfigError::new(
-                    name,
-                    format!("the bwrap provider holds memory and CPU limits only through a delegated cgroup v2, and cannot here: {why}; unset it, delegate a cgroup v2 to plimsolld (systemd: Delegate=yes), or use SANDBOX_PROVIDER=docker"),
+                    "SANDBOX_CPUS",
+                    format!("the bwrap provider holds CPU limits only through a delegated cgroup v2, and cannot here: {why}; unset it, delegate a cgroup v2 to plimsolld (systemd: Delegate=yes), or use SANDBOX_PROVIDER=docker"),
                 ));
+            }
+        }
+        if c.cgroup.memory_mb > 0 {
+            match crate::cgroup::find(&c.cgroup) {
+                // The total is held by the cgroup.
+                Ok(_) => c.process_memory_mb = 0,
+                // No delegated cgroup v2: the weaker bound, per process.
+                Err(why) => {
+                    tracing::debug!(%why, "no delegated cgroup v2 for SANDBOX_MEMORY_MB: per process");
+                    c.process_memory_mb = c.cgroup.memory_mb;
+                    c.cgroup.memory_mb = 0;
+                }
             }
         }
         if c.pids < 16 {
@@ -302,7 +341,11 @@ impl ProviderSetup for BwrapConfig {
 
     fn resources(&self, _shared: Resources) -> Resources {
         Resources {
-            memory_mb: self.cgroup.memory_mb,
+            memory_mb: if self.cgroup.memory_mb > 0 {
+                self.cgroup.memory_mb
+            } else {
+                self.process_memory_mb
+            },
             cpus: self.cgroup.cpus,
             pids: self.pids,
             disk_mb: self.disk_mb,
@@ -320,36 +363,41 @@ mod tests {
     }
 
     #[test]
-    fn memory_and_cpus_are_refused_by_name_and_the_rest_has_defaults() {
+    fn memory_without_a_cgroup_is_per_process_and_cpus_are_refused_by_name() {
         let mut shared = Shared::default();
         let c = read(&[], &shared).unwrap();
         assert_eq!(
             (c.pids, c.disk_mb, c.pool),
             (DEFAULT_PIDS, DEFAULT_DISK_MB, DEFAULT_POOL)
         );
+        // Unset: the per-process default, stated.
+        assert_eq!(c.process_memory_mb, DEFAULT_PROCESS_MEMORY_MB);
         let r = c.resources(shared.resources);
-        assert_eq!((r.memory_mb, r.cpus), (0, 0.0));
+        assert_eq!((r.memory_mb, r.cpus), (DEFAULT_PROCESS_MEMORY_MB, 0.0));
+        assert!(
+            c.memory_statement().contains("RLIMIT_AS"),
+            "{}",
+            c.memory_statement()
+        );
         shared.explicit_resources = vec!["SANDBOX_MEMORY_MB"];
         shared.resources.memory_mb = 256;
         let memory = crate::cgroup::Limits {
             memory_mb: 256,
             cpus: 0.0,
         };
+        let c = read(&[], &shared).unwrap();
+        assert_eq!(c.resources(shared.resources).memory_mb, 256);
         match crate::cgroup::find(&memory) {
-            // A host that delegates a cgroup v2: the limit is taken and stated.
-            Ok(_) => assert_eq!(
-                read(&[], &shared)
-                    .unwrap()
-                    .resources(shared.resources)
-                    .memory_mb,
-                256
-            ),
-            Err(why) => {
-                let e = read(&[], &shared).unwrap_err();
-                assert_eq!(e.name, "SANDBOX_MEMORY_MB");
+            // A host that delegates a cgroup v2: the total is held there.
+            Ok(_) => assert_eq!((c.cgroup.memory_mb, c.process_memory_mb), (256, 0)),
+            // None: the same number, per process, and said so.
+            Err(_) => {
+                assert_eq!((c.cgroup.memory_mb, c.process_memory_mb), (0, 256));
                 assert!(
-                    e.message.contains("delegated cgroup v2") && e.message.contains(&why),
-                    "{e}"
+                    c.memory_statement().contains("256 MiB per process")
+                        && c.memory_statement().contains("not bounded"),
+                    "{}",
+                    c.memory_statement()
                 );
             }
         }
@@ -361,7 +409,9 @@ mod tests {
         })
         .is_err()
         {
-            assert_eq!(read(&[], &shared).unwrap_err().name, "SANDBOX_CPUS");
+            let e = read(&[], &shared).unwrap_err();
+            assert_eq!(e.name, "SANDBOX_CPUS");
+            assert!(e.message.contains("delegated cgroup v2"), "{e}");
         }
     }
 

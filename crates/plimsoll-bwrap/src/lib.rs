@@ -21,7 +21,7 @@ mod session;
 
 pub use command::{system_entries, Spec, SystemEntry, CHANNEL_DIR, GRANT_SOCKET_NAME, WORK_DIR};
 pub use config::{
-    is_root, BwrapConfig, DEFAULT_DISK_MB, DEFAULT_PIDS, DEFAULT_POOL, DEFAULT_USER, NAME, TMP_MB,
-    VARIABLES,
+    is_root, BwrapConfig, DEFAULT_DISK_MB, DEFAULT_PIDS, DEFAULT_POOL, DEFAULT_PROCESS_MEMORY_MB,
+    DEFAULT_USER, NAME, TMP_MB, VARIABLES,
 };
 pub use provider::{environment, BwrapProvider, DEADLINE_GRACE};

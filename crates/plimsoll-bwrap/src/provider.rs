@@ -175,6 +175,7 @@ impl Inner {
                 .unwrap_or(u64::MAX),
             output_bytes: self.cfg.output_bytes,
             pids: self.cfg.pids,
+            process_memory_mb: self.cfg.process_memory_mb,
             languages: Some(p.languages.clone()),
             session,
         }
@@ -327,6 +328,8 @@ impl Inner {
         let mut held = vec!["processes (SANDBOX_PIDS)", "/work size (SANDBOX_DISK_MB)"];
         if limits.memory_mb > 0 {
             held.push("memory (SANDBOX_MEMORY_MB, cgroup v2)");
+        } else if self.cfg.process_memory_mb > 0 {
+            held.push("memory per process (SANDBOX_MEMORY_MB, RLIMIT_AS and RLIMIT_DATA)");
         }
         if limits.cpus > 0.0 {
             held.push("CPU (SANDBOX_CPUS, cgroup v2)");
@@ -334,7 +337,9 @@ impl Inner {
         let not_held = match (limits.memory_mb > 0, limits.cpus > 0.0) {
             (true, true) => "",
             (true, false) => "; CPU is not limited (SANDBOX_CPUS unset)",
+            (false, true) if self.cfg.process_memory_mb > 0 => "; memory is bounded per process only (no delegated cgroup v2 for SANDBOX_MEMORY_MB), not in total",
             (false, true) => "; memory is not limited (SANDBOX_MEMORY_MB unset)",
+            (false, false) if self.cfg.process_memory_mb > 0 => "; CPU is not limited (SANDBOX_CPUS needs a delegated cgroup v2) and memory is bounded per process only, not in total",
             (false, false) => "; memory and CPU are not limited (they need SANDBOX_MEMORY_MB / SANDBOX_CPUS and a delegated cgroup v2)",
         };
         tracing::info!(
@@ -350,10 +355,14 @@ impl Inner {
             pids = self.cfg.pids,
             disk_mb = self.cfg.disk_mb,
             memory_mb = limits.memory_mb,
+            process_memory_mb = self.cfg.process_memory_mb,
             cpus = limits.cpus,
             "bwrap provider proved its wall (tier container); limits held: {}{not_held}",
             held.join(", ")
         );
+        // The memory bound in words (an embedded daemon's caller prints it after its first
+        // line, so it is not a warning that would come before that line).
+        tracing::info!("{}", self.cfg.memory_statement());
         let _ = self.proven.set(proven);
         if self.cfg.pool > 0 {
             let me = Arc::downgrade(self);

@@ -186,6 +186,11 @@ impl RunningDaemon {
     pub fn rpc_addr(&self) -> SocketAddr {
         self.rpc_addr
     }
+    /// What the provider states about itself (its name, the tier it proved, its
+    /// environment identity).
+    pub fn facts(&self) -> plimsoll_provider::Facts {
+        self.provider.facts()
+    }
     /// The metrics listener's bound address, if on.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr

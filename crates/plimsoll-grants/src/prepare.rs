@@ -71,6 +71,12 @@ impl Prepared {
         &self.vars
     }
 
+    /// The directory this preparation made for the clients (the loopback form), if any: a
+    /// provider whose runs have a user of their own hands it to that user.
+    pub fn made_dir(&self) -> Option<&Path> {
+        self.made.as_deref()
+    }
+
     /// Closes the relay and removes the directory the preparation made, if any.
     pub async fn close(self) {
         self.relay.close().await;

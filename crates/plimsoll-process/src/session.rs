@@ -33,6 +33,8 @@ use crate::{runner_error, ProcessProvider};
 #[derive(Debug)]
 pub struct ProcessSession {
     session: tokio::sync::Mutex<Option<RunnerSession>>,
+    /// The session's own user, held until the session is dropped (per-run users only).
+    _user: Option<crate::users::Slot>,
     /// The session's disk limit in bytes (0 = not measured).
     disk_limit: u64,
     /// Languages cells may use.
@@ -42,7 +44,8 @@ pub struct ProcessSession {
 #[async_trait::async_trait]
 impl SessionProvider for ProcessProvider {
     async fn open(&self, spec: SessionSpec) -> Result<Box<dyn ProviderSession>, ProviderError> {
-        let session = self.runner.open_session().map_err(|e| {
+        let (runner, user) = self.runner_for_one().map_err(ProviderError::Refused)?;
+        let session = runner.open_session().map_err(|e| {
             ProviderError::Refused(Refusal::environment(format!(
                 "the process provider could not open the session: {e}"
             )))
@@ -50,6 +53,7 @@ impl SessionProvider for ProcessProvider {
         tracing::info!(tag = session.tag(), "process session opened");
         Ok(Box::new(ProcessSession {
             session: tokio::sync::Mutex::new(Some(session)),
+            _user: user,
             disk_limit: u64::from(spec.disk_mb) * 1024 * 1024,
             languages: self.languages.get().cloned().unwrap_or_default(),
         }))

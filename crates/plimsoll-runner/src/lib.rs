@@ -289,6 +289,19 @@ impl Runner {
         Ok(self)
     }
 
+    /// A runner like this one whose programs run as `who` (see [`RunAs`]): the same root
+    /// directory and limits, for one run or session of a user of its own (the process
+    /// provider's per-run users). Refuses uid or gid 0. Nothing is created.
+    pub fn for_user(&self, who: RunAs) -> Result<Runner, RunnerError> {
+        Runner {
+            cfg: self.cfg.clone(),
+            run_as: None,
+            root: self.root.clone(),
+            remove_after_answer: self.remove_after_answer,
+        }
+        .run_as(who)
+    }
+
     /// The user programs run as, when it is not the runner's own.
     pub fn run_as_user(&self) -> Option<RunAs> {
         self.run_as

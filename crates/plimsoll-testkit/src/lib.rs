@@ -15,7 +15,9 @@
 //! - [`doors`]: an attacker's idle, slow and ping-only connections, for listeners' limits.
 //! - [`inherited`]: a descriptor a supervisor leaves open (fd 7 on a 0600 file), the run
 //!   step that tries it, and the checks that nothing reached it.
+//! - [`bound`]: an outer cgroup bound (processes, memory) for tests that run a bomb.
 
+pub mod bound;
 pub mod bwrap;
 pub mod ca;
 pub mod daemon;
