@@ -8,7 +8,7 @@ use plimsoll_testkit::escape::{self, Bound, Fixture, Target, MEMORY_CAP_MIB, PRO
 
 const BIN: &str = env!("CARGO_BIN_EXE_plimsolld");
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_escape_suite_holds_the_process_column_of_the_walls_table() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("SKIPPED: the process column of docs/walls.md is written for a run as root");
@@ -31,5 +31,6 @@ async fn the_escape_suite_holds_the_process_column_of_the_walls_table() {
         bombs: bound.is_some(),
     };
     escape::check(&mut c, &fx, &target).await;
+    drop(c);
     d.stop();
 }

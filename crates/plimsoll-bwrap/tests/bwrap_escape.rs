@@ -5,7 +5,7 @@
 
 use plimsoll_testkit::escape::{self, Bound, Fixture, Target, MEMORY_CAP_MIB, PROCESS_CAP};
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_escape_suite_holds_the_bwrap_column_of_the_walls_table() {
     if !plimsoll_testkit::bwrap::installed() {
         return;
@@ -35,5 +35,6 @@ async fn the_escape_suite_holds_the_bwrap_column_of_the_walls_table() {
         bombs: bound.is_some(),
     };
     escape::check(&mut c, &fx, &target).await;
+    drop(c);
     d.stop();
 }

@@ -10,7 +10,7 @@ mod support;
 use plimsoll_testkit::escape::{self, Fixture, Target};
 use support::IMAGE;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_escape_suite_holds_the_docker_column_of_the_walls_table() {
     let _engine = need_engine!();
     let fx = Fixture::new();
@@ -35,5 +35,6 @@ async fn the_escape_suite_holds_the_docker_column_of_the_walls_table() {
         bombs: true,
     };
     escape::check(&mut c, &fx, &target).await;
+    drop(c);
     d.stop();
 }

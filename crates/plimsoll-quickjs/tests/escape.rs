@@ -5,7 +5,7 @@
 
 use plimsoll_testkit::escape::{self, Fixture, Target};
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_escape_suite_holds_the_quickjs_column_of_the_walls_table() {
     let fx = Fixture::new();
     let dir = tempfile::tempdir().expect("a folder");
@@ -24,5 +24,6 @@ async fn the_escape_suite_holds_the_quickjs_column_of_the_walls_table() {
         bombs: true,
     };
     escape::check(&mut c, &fx, &target).await;
+    drop(c);
     d.stop();
 }

@@ -539,6 +539,10 @@ async fn quickjs(c: &mut Client) -> Vec<Seen> {
         .await
         .expect("provider quickjs, check memory-bomb: the run is answered");
     let o = out(&r);
+    let err = match &r.result {
+        Some(R::Javascript(j)) => String::from_utf8_lossy(&j.stderr).into_owned(),
+        _ => String::new(),
+    };
     assert!(
         t0.elapsed() < Duration::from_secs(30),
         "quickjs: the bomb's run did not end"
@@ -549,7 +553,7 @@ async fn quickjs(c: &mut Client) -> Vec<Seen> {
         detail: if o.contains("REACHED") {
             o.trim().to_owned()
         } else {
-            format!("{:?}", r.result).chars().take(200).collect()
+            err.trim().chars().take(200).collect()
         },
     }]
 }
