@@ -147,6 +147,10 @@ pub struct FakeClusterOptions {
     /// Pods require a client certificate from the cluster's client CA, and the provider
     /// presents one.
     pub client_certs: bool,
+    /// A file every pod's terminator starts holding open at descriptor 7 without
+    /// close-on-exec, as a process the pod's runtime leaked a descriptor to would (the
+    /// escape suite's inherited-descriptor check).
+    pub pods_hold: Option<PathBuf>,
 }
 
 impl FakeClusterOptions {
@@ -166,6 +170,7 @@ impl FakeClusterOptions {
             session: false,
             per_pod_identity: false,
             client_certs: false,
+            pods_hold: None,
         }
     }
 
@@ -295,53 +300,56 @@ pub fn conforming_policy() -> Value {
 pub fn sandboxd_binaries() -> Result<PathBuf, String> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     DIR.get_or_init(|| {
-        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        // target/<profile>/deps/<test> → target/<profile>
-        let profile_dir = exe
-            .ancestors()
-            .find(|p| p.file_name().is_some_and(|n| n == "deps"))
-            .and_then(Path::parent)
-            .or_else(|| exe.parent())
-            .ok_or("cannot locate the target directory")?
-            .to_owned();
-        let target_dir = profile_dir
-            .parent()
-            .ok_or("cannot locate the target directory")?;
-        let release = profile_dir.file_name().is_some_and(|n| n == "release");
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = std::process::Command::new(cargo);
-        cmd.current_dir(&workspace)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                // The package that builds the `plimsoll-sandboxd` binary (the library
-                // owns the name `plimsoll-sandboxd`).
-                "plimsoll-sandboxd-bin",
-                "-p",
-                "plimsoll-sandboxd-tls",
-            ])
-            .arg("--target-dir")
-            .arg(target_dir);
-        if release {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "cargo build of the sandboxd binaries failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        for b in ["plimsoll-sandboxd", "plimsoll-sandboxd-tls"] {
-            if !profile_dir.join(b).is_file() {
-                return Err(format!("{} was not built", profile_dir.join(b).display()));
-            }
-        }
-        Ok(profile_dir)
+        // The package that builds the `plimsoll-sandboxd` binary (the library owns the
+        // name `plimsoll-sandboxd`).
+        built(
+            &["plimsoll-sandboxd-bin", "plimsoll-sandboxd-tls"],
+            &["plimsoll-sandboxd", "plimsoll-sandboxd-tls"],
+        )
     })
     .clone()
+}
+
+/// Runs `cargo build -p` of `packages` for the profile and target directory the running
+/// executable lives in; returns that profile directory once every one of `bins` is there.
+pub(crate) fn built(packages: &[&str], bins: &[&str]) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    // target/<profile>/deps/<test> → target/<profile>
+    let profile_dir = exe
+        .ancestors()
+        .find(|p| p.file_name().is_some_and(|n| n == "deps"))
+        .and_then(Path::parent)
+        .or_else(|| exe.parent())
+        .ok_or("cannot locate the target directory")?
+        .to_owned();
+    let target_dir = profile_dir
+        .parent()
+        .ok_or("cannot locate the target directory")?;
+    let release = profile_dir.file_name().is_some_and(|n| n == "release");
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.current_dir(&workspace).args(["build", "--quiet"]);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    cmd.arg("--target-dir").arg(target_dir);
+    if release {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo build of {packages:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    for b in bins {
+        if !profile_dir.join(b).is_file() {
+            return Err(format!("{} was not built", profile_dir.join(b).display()));
+        }
+    }
+    Ok(profile_dir)
 }
 
 /// A pod: a running terminator (which runs sandboxd) on its own loopback address.
@@ -401,6 +409,7 @@ struct Inner {
     warm_target: usize,
     token_file: PathBuf,
     session: bool,
+    pods_hold: Option<PathBuf>,
 }
 
 /// The fake cluster: API server, controller and pods.
@@ -502,6 +511,7 @@ impl FakeCluster {
             warm_target: opts.warm,
             token_file,
             session: opts.session,
+            pods_hold: opts.pods_hold.clone(),
         });
         let app = axum::Router::new().fallback({
             let inner = inner.clone();
@@ -889,7 +899,17 @@ async fn start_pod(inner: &Arc<Inner>, cert: PodCert<'_>) -> std::io::Result<Pod
         // run, so each pod gets a user no other pod has.
         args.push(format!("--run-as={id}:{id}"));
     }
-    let mut cmd = tokio::process::Command::new(inner.bin_dir.join("plimsoll-sandboxd-tls"));
+    let terminator = inner.bin_dir.join("plimsoll-sandboxd-tls");
+    let mut cmd = match &inner.pods_hold {
+        None => tokio::process::Command::new(&terminator),
+        Some(held) => {
+            let mut c = tokio::process::Command::new("sh");
+            c.arg("-c")
+                .arg(format!("exec \"$0\" \"$@\" 7<>'{}'", held.display()))
+                .arg(&terminator);
+            c
+        }
+    };
     if let Some(ca) = &inner.client_ca_file {
         cmd.env(plimsoll_tls::CLIENT_CA_VAR, ca);
     }

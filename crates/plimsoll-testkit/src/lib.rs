@@ -8,6 +8,7 @@
 //! - [`daemon`]: the in-process daemon, built from environment pairs.
 //! - [`plimsolld`]: the real `plimsolld` binary as a child process.
 //! - [`sessions`]: the session conformance suite every session provider passes.
+//! - [`escape`]: the escape suite every provider passes, held to `docs/walls.md`.
 //! - [`fake_cluster`]: a fake Kubernetes API server and agent-sandbox controller with real
 //!   terminator + sandboxd pods.
 //! - [`tsa`]: a live OpenSSL RFC 3161 time-stamp authority on loopback.
@@ -23,6 +24,7 @@ pub mod ca;
 pub mod daemon;
 pub mod docker;
 pub mod doors;
+pub mod escape;
 pub mod fake_cluster;
 pub mod inherited;
 pub mod net;

@@ -6,10 +6,23 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, OnceLock};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
+
+/// The `plimsolld` binary for tests outside its package (which cannot name it with
+/// `CARGO_BIN_EXE_plimsolld`): built like [`crate::fake_cluster::sandboxd_binaries`], for
+/// the same profile and target directory (a no-op when it is fresh).
+pub fn binary() -> String {
+    static BIN: OnceLock<Result<String, String>> = OnceLock::new();
+    BIN.get_or_init(|| {
+        crate::fake_cluster::built(&["plimsolld"], &["plimsolld"])
+            .map(|d| d.join("plimsolld").display().to_string())
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"))
+}
 
 /// A `plimsolld` process with its stderr lines (JSON log lines, or the plain line of a
 /// configuration error) read on a thread of their own.
