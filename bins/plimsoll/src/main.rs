@@ -153,8 +153,9 @@ enum RecordCommand {
 pub struct Conn {
     /// Daemon address: http://host:port, https://host:port, or host:port (plain HTTP/2).
     /// Without it (and without PLIMSOLL_ADDR) an embedded daemon is started for this one
-    /// command: the quickjs provider for snippets (nothing to install), the process provider
-    /// for --project or with --provider process.
+    /// command: the quickjs provider for snippets (nothing to install); for --project the
+    /// strongest wall whose smoke test passes here (bwrap, else process), or the one
+    /// --provider names.
     #[arg(long, env = "PLIMSOLL_ADDR", value_name = "URL")]
     pub addr: Option<String>,
     /// File holding the bearer token (surrounding whitespace is ignored).
