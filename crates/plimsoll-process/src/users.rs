@@ -1,8 +1,14 @@
 //! Host users for the process provider's runs when plimsolld is root: the run in slot `n`
 //! runs as `base + n` (user and group), so no two live runs share a user, and the process
 //! limit (`RLIMIT_NPROC`, counted per real user) counts one run.
+//!
+//! A user is also claimed across processes: a live run holds an exclusive `flock` on
+//! `/run/plimsoll/process-users/<uid>` (a root-only folder), so two plimsolld instances, or
+//! two `plimsoll run` commands, never hand the same user to two live runs. Without that,
+//! the end of one run (every process of its user killed) would kill the other's.
 
 use std::collections::HashSet;
+use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -10,6 +16,9 @@ use plimsoll_runner::RunAs;
 
 /// How many host users a range holds (`SANDBOX_PROCESS_USER` is its first).
 pub const USER_RANGE: u32 = 65_536;
+
+/// Where live runs' users are claimed across processes (one lock file per user).
+const CLAIMS: &str = "/run/plimsoll/process-users";
 
 /// Whether plimsolld runs as root.
 pub fn is_root() -> bool {
@@ -61,6 +70,7 @@ pub struct Slot {
     n: u32,
     who: RunAs,
     slots: Arc<Mutex<Slots>>,
+    _claim: nix::fcntl::Flock<File>,
 }
 
 impl Slot {
@@ -83,30 +93,78 @@ impl Drop for Slot {
 impl Users {
     /// The range starting at `base` (user, group).
     pub fn new(base: (u32, u32)) -> Users {
+        // Each range starts at a scattered slot, so two instances rarely even try the same
+        // user (the claim below is what keeps them apart), and a user whose last run's
+        // processes are still being swept is not the next one another instance takes.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let start = (std::process::id().wrapping_mul(2_654_435_761) ^ nanos) % USER_RANGE;
         Users {
             base,
-            slots: Arc::default(),
+            slots: Arc::new(Mutex::new(Slots {
+                next: start,
+                taken: HashSet::new(),
+            })),
         }
     }
 
-    /// The next free user, in turn (one is reused only after the whole range went round).
+    /// The next free user, in turn (one is reused only after the whole range went round),
+    /// claimed across processes too; `None` when every user is live or the claims folder
+    /// cannot be made.
     pub fn take(&self) -> Option<Slot> {
         let mut s = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         for _ in 0..USER_RANGE {
             let n = s.next;
             s.next = (s.next + 1) % USER_RANGE;
-            if s.taken.insert(n) {
-                return Some(Slot {
-                    n,
-                    who: RunAs {
-                        uid: self.base.0 + n,
-                        gid: self.base.1 + n,
-                    },
-                    slots: self.slots.clone(),
-                });
+            if s.taken.contains(&n) {
+                continue;
+            }
+            let who = RunAs {
+                uid: self.base.0 + n,
+                gid: self.base.1 + n,
+            };
+            match claim(who.uid) {
+                Ok(Some(claim)) => {
+                    s.taken.insert(n);
+                    return Some(Slot {
+                        n,
+                        who,
+                        slots: self.slots.clone(),
+                        _claim: claim,
+                    });
+                }
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, folder = CLAIMS, "cannot claim a run's user");
+                    return None;
+                }
             }
         }
         None
+    }
+}
+
+/// An exclusive, non-blocking `flock` on the claim file of `uid`: `None` while another
+/// process (or another range in this one) holds it.
+fn claim(uid: u32) -> std::io::Result<Option<nix::fcntl::Flock<File>>> {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(CLAIMS)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(Path::new(CLAIMS).join(uid.to_string()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(e.into()),
     }
 }
 
@@ -179,13 +237,40 @@ mod tests {
 
     #[test]
     fn users_are_one_per_live_run_and_come_back() {
+        if !is_root() {
+            eprintln!("SKIPPED: claims live in a root-only folder");
+            return;
+        }
         let u = Users::new((5000, 6000));
         let a = u.take().unwrap();
         let b = u.take().unwrap();
-        assert_eq!((a.who().uid, a.who().gid), (5000, 6000));
-        assert_eq!((b.who().uid, b.who().gid), (5001, 6001));
+        let off = a.who().uid - 5000;
+        assert_eq!((a.who().uid, a.who().gid), (5000 + off, 6000 + off));
+        assert_eq!(b.who().uid - 5000, (off + 1) % USER_RANGE);
+        assert_eq!(b.who().gid - 6000, (off + 1) % USER_RANGE);
         drop(a);
-        assert_eq!(u.take().unwrap().who().uid, 5002);
+        assert_eq!(u.take().unwrap().who().uid - 5000, (off + 2) % USER_RANGE);
+    }
+
+    /// Two ranges with one base (two plimsolld instances, or two `plimsoll run`) never hand
+    /// out one user to two live runs: the end of one run kills every process of its user.
+    #[test]
+    fn two_instances_never_share_a_live_user() {
+        if !is_root() {
+            eprintln!("SKIPPED: claims live in a root-only folder");
+            return;
+        }
+        let one = Users::new((7000, 7000));
+        let two = Users::new((7000, 7000));
+        let a = one.take().unwrap();
+        let b = two.take().unwrap();
+        assert_ne!(a.who().uid, b.who().uid);
+        let c = one.take().unwrap();
+        assert_ne!(c.who().uid, b.who().uid);
+        drop(b);
+        // Given back: the other range may take it again once it comes round.
+        let d = two.take().unwrap();
+        assert!(![a.who().uid, c.who().uid].contains(&d.who().uid));
     }
 
     #[test]
