@@ -130,6 +130,12 @@ pub fn args(spec: &Spec, system: &[SystemEntry]) -> Vec<String> {
             "--hostname",
             HOSTNAME,
             "--die-with-parent",
+            // sandboxd is the PID namespace's init: no bwrap init runs beside the code. That
+            // init would share the run's user and be dumpable, so a run could list its
+            // descriptors and read its memory through /proc/1; sandboxd is non-dumpable, and
+            // as init it ignores every signal from inside it has no handler for (SIGKILL
+            // included). sandboxd reaps the orphans a session's calls leave.
+            "--as-pid-1",
             "--new-session",
             "--cap-drop",
             "ALL",
@@ -282,6 +288,7 @@ mod tests {
             "--unshare-cgroup",
             "--disable-userns",
             "--die-with-parent",
+            "--as-pid-1",
             "--new-session",
             "--clearenv",
             "--landlock",

@@ -3,6 +3,7 @@
 //! claims for tier `container`. A property that does not hold is named; the provider then
 //! refuses to start.
 
+use crate::command::SANDBOXD_PATH;
 use plimsoll_core::pb;
 use plimsoll_provider::smoke::step_stdout as out;
 use plimsoll_provider::smoke::{
@@ -53,7 +54,8 @@ pub fn smoke_project(absent: &[String]) -> pb::ProjectRun {
         "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|Seccomp|NoNewPrivs):' /proc/self/status".to_owned(),
         // 5: network interfaces.
         "cat /proc/net/dev".to_owned(),
-        // 6: PID 1 is the sandbox's init (bwrap's), and it is this PID namespace's.
+        // 6: PID 1 is sandboxd (the namespace's init; no bwrap init beside the code), and
+        // it is this PID namespace's.
         "tr '\\0' ' ' < /proc/1/cmdline; echo; echo self=$$".to_owned(),
         // 7: host paths that must be absent.
         format!(
@@ -186,9 +188,9 @@ pub fn check_smoke(p: &pb::ProjectResult) -> Result<SmokeFacts, String> {
     let init = out(p, 6);
     let cmdline = init.lines().next().unwrap_or("");
     let first = cmdline.split_whitespace().next().unwrap_or("");
-    if first.rsplit('/').next() != Some("bwrap") {
+    if first != SANDBOXD_PATH {
         wrong.push(format!(
-            "PID 1 is {cmdline:?}, not the sandbox's init (bwrap)"
+            "PID 1 is {cmdline:?}, not sandboxd ({SANDBOXD_PATH})"
         ));
     }
     let paths = out(p, 7);
@@ -268,7 +270,7 @@ mod tests {
             "      1000      0          1\nuid=1000\n",
             STATUS,
             NETDEV,
-            "bwrap --args 0 \nself=3\n",
+            "/run/plimsoll-sandboxd --unix-socket /run/plimsoll/s/sock \nself=3\n",
             "checked\n",
             "checked\n",
         ))
@@ -279,7 +281,7 @@ mod tests {
             "1000 0 1\nuid=1000\n",
             STATUS,
             NETDEV,
-            "bwrap\n",
+            "/run/plimsoll-sandboxd\n",
             "checked\n",
             "checked\n",
         );

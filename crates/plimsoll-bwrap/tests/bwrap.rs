@@ -89,7 +89,8 @@ async fn hardening_is_proven_from_inside_a_run() {
                 "python3 -c \"import socket\ntry:\n socket.create_connection(('1.1.1.1', 53), timeout=3)\n print('connected')\nexcept OSError as e:\n print('no-network', e.errno)\"",
                 // 6: host paths are absent.
                 "for p in /home /root /var /etc/passwd /var/run/docker.sock /run/containerd; do [ -e $p ] && echo present $p; done; echo checked",
-                // 7: PID 1 is the sandbox's init and only the run's processes are visible.
+                // 7: PID 1 is sandboxd (no bwrap init inside) and only the run's processes are
+                // visible.
                 "tr '\\0' ' ' < /proc/1/cmdline | cut -d' ' -f1; ls /proc | grep -c '^[0-9]'",
                 // 8: (Landlock) a copied binary runs neither from /tmp nor from the working
                 // directory, though both are writable.
@@ -130,9 +131,9 @@ async fn hardening_is_proven_from_inside_a_run() {
     assert_eq!(stdout(&r, 6), "checked");
     let init = stdout(&r, 7);
     let mut lines = init.lines();
-    assert!(lines.next().unwrap().ends_with("bwrap"), "{init}");
+    assert_eq!(lines.next().unwrap(), "/run/plimsoll-sandboxd", "{init}");
     let visible: u32 = lines.next().unwrap().parse().unwrap();
-    // bwrap's init, sandboxd, the step's shell and its children: a handful, not the host's.
+    // sandboxd, the step's shell and its children: a handful, not the host's.
     assert!(visible < 12, "{visible} processes visible: {init}");
     // The kernels plimsoll is tested on offer Landlock: the layer must hold there.
     assert!(
