@@ -153,38 +153,6 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// Parses `UID:GID`, neither 0.
-fn parse_user(v: &str) -> Result<(u32, u32), String> {
-    let (u, g) = v
-        .trim()
-        .split_once(':')
-        .ok_or_else(|| format!("{v:?} is not UID:GID"))?;
-    let n = |s: &str| {
-        s.trim()
-            .parse::<u32>()
-            .map_err(|_| format!("{v:?} is not UID:GID (numbers)"))
-    };
-    let (u, g) = (n(u)?, n(g)?);
-    if u == 0 {
-        return Err(format!(
-            "{v:?} would run the code as root on the host; use users nothing else uses"
-        ));
-    }
-    if g == 0 {
-        return Err(format!(
-            "{v:?} would run the code in root's group on the host; use groups nothing else uses"
-        ));
-    }
-    let last = u32::MAX - crate::sandbox::USER_RANGE;
-    if u > last || g > last {
-        return Err(format!(
-            "{v:?} leaves no room for the {} users and groups of the range (start at most {last})",
-            crate::sandbox::USER_RANGE
-        ));
-    }
-    Ok((u, g))
-}
-
 /// The provider's own variables, read and checked.
 struct Own {
     bwrap: Option<PathBuf>,
@@ -222,7 +190,10 @@ fn check_own(vars: &Vars<'_>) -> Result<Own, ConfigError> {
     )?;
     let user = match vars.string("SANDBOX_BWRAP_USER") {
         None => None,
-        Some(v) => Some(parse_user(&v).map_err(|m| ConfigError::new("SANDBOX_BWRAP_USER", m))?),
+        Some(v) => Some(
+            plimsoll_provider::users::parse(&v)
+                .map_err(|m| ConfigError::new("SANDBOX_BWRAP_USER", m))?,
+        ),
     };
     let pool = vars.number("SANDBOX_BWRAP_POOL", DEFAULT_POOL)?;
     if pool > MAX_POOL {

@@ -14,7 +14,7 @@
 //! process in it; [`Sandbox::end`] returns only once that init is gone, so no process of
 //! the run outlives it, however it forked or detached.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -36,69 +36,7 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 pub const END_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes kept of what bwrap and sandboxd write to standard error (the end is kept).
 const LOG_TAIL: usize = 4096;
-/// How many host users a range of sandbox users holds (`SANDBOX_BWRAP_USER` is its first).
-pub const USER_RANGE: u32 = 65_536;
-
-/// Host users for sandboxes: the sandbox in slot `n` runs as `base + n` (user and group),
-/// so no two live sandboxes share a host user.
-#[derive(Debug, Clone)]
-pub struct Users {
-    base: (u32, u32),
-    slots: Arc<Mutex<Slots>>,
-}
-
-#[derive(Debug, Default)]
-struct Slots {
-    next: u32,
-    taken: HashSet<u32>,
-}
-
-/// A slot held by a live sandbox; freed when dropped.
-#[derive(Debug)]
-struct Slot {
-    n: u32,
-    slots: Arc<Mutex<Slots>>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .taken
-            .remove(&self.n);
-    }
-}
-
-impl Users {
-    /// The range starting at `base` (user, group).
-    pub fn new(base: (u32, u32)) -> Users {
-        Users {
-            base,
-            slots: Arc::default(),
-        }
-    }
-
-    /// The next free slot, in turn (a slot is reused only after the whole range went round).
-    fn take(&self) -> Option<((u32, u32), Slot)> {
-        let mut s = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        for _ in 0..USER_RANGE {
-            let n = s.next;
-            s.next = (s.next + 1) % USER_RANGE;
-            if s.taken.insert(n) {
-                let ids = (self.base.0 + n, self.base.1 + n);
-                return Some((
-                    ids,
-                    Slot {
-                        n,
-                        slots: self.slots.clone(),
-                    },
-                ));
-            }
-        }
-        None
-    }
-}
+pub use plimsoll_provider::users::{Slot, Users, USER_RANGE};
 
 /// What a launch needs besides the command line.
 #[derive(Debug, Clone)]
@@ -124,7 +62,7 @@ pub struct Sandbox {
     child: Child,
     /// The outer bwrap's host pid.
     pid: u32,
-    /// The PID namespace's init (bwrap's): host pid and start time.
+    /// The PID namespace's init (sandboxd, `--as-pid-1`): host pid and start time.
     init: Option<(u32, u64)>,
     dir: PathBuf,
     client: SandboxdClient,
@@ -221,12 +159,29 @@ impl Partial {
 impl Drop for Partial {
     fn drop(&mut self) {
         if let Some(c) = &mut self.child {
+            if let Some(pid) = c.id() {
+                kill_launch(pid);
+            }
             let _ = c.start_kill();
         }
         if !self.dir.as_os_str().is_empty() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Kills a launch's bwrap and what it cloned. bwrap's clone waits for bwrap to write its
+/// user mapping before it sets its own parent-death signal: killed in that window, bwrap
+/// would leave the clone (the new PID namespace's init) blocked forever. So bwrap is stopped
+/// first (a stopped process clones nothing), its children are killed, then bwrap.
+fn kill_launch(pid: u32) {
+    use nix::sys::signal::{kill, Signal};
+    let raw = nix::unistd::Pid::from_raw(pid as i32);
+    let _ = kill(raw, Signal::SIGSTOP);
+    for (child, _) in descendants(pid) {
+        let _ = kill(nix::unistd::Pid::from_raw(child as i32), Signal::SIGKILL);
+    }
+    let _ = kill(raw, Signal::SIGKILL);
 }
 
 impl Sandbox {
@@ -243,8 +198,8 @@ impl Sandbox {
                 None,
             ),
             Some(u) => {
-                let (ids, slot) = u.take().ok_or(LaunchError::NoUser)?;
-                (ids, Some(slot))
+                let slot = u.take().ok_or(LaunchError::NoUser)?;
+                (slot.ids(), Some(slot))
             }
         };
         let dir = parent.join(random_hex());
@@ -612,18 +567,6 @@ async fn wait_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn users_go_round_the_range_and_never_share_a_live_slot() {
-        let u = Users::new((2_000_000_000, 2_000_000_000));
-        let (a, sa) = u.take().unwrap();
-        let (b, _sb) = u.take().unwrap();
-        assert_eq!(a, (2_000_000_000, 2_000_000_000));
-        assert_eq!(b, (2_000_000_001, 2_000_000_001));
-        drop(sa);
-        // The freed slot is not reused at once: the next one in turn comes first.
-        assert_eq!(u.take().unwrap().0, (2_000_000_002, 2_000_000_002));
-    }
 
     #[test]
     fn a_process_and_its_descendants_are_found_by_parent_pid() {

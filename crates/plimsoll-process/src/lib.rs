@@ -217,10 +217,10 @@ impl ProcessProvider {
                 users::USER_RANGE
             ))
         })?;
-        let runner = self.runner.for_user(slot.who()).map_err(|e| {
+        let runner = self.runner.for_user(users::run_as(&slot)).map_err(|e| {
             Refusal::environment(format!(
                 "the process provider cannot run as {:?}: {e}",
-                slot.who()
+                users::run_as(&slot)
             ))
         })?;
         Ok((OneRunner::Own(runner), Some(slot)))

@@ -7,6 +7,7 @@
 //! [`ProviderError::Refused`] only when it is certain nothing ran.
 
 pub mod smoke;
+pub mod users;
 
 use std::path::PathBuf;
 use std::sync::Arc;

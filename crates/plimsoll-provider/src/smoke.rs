@@ -45,11 +45,18 @@ pub fn languages(p: &pb::ProjectResult, steps: usize) -> Result<Vec<String>, Str
         .collect())
 }
 
-/// The step that lists the descriptors of the step's own shell, as `ls -l` prints them
-/// (`… N -> target`), then a closing line. The shell's table is what every process of the
-/// run starts from. `ls` lists the shell's table from a process of its own (not the last
-/// command, so the shell forks it), so the listing's own directory is not in it.
-pub const DESCRIPTOR_STEP: &str = "ls -l /proc/$$/fd && echo descriptors-listed";
+/// A shell command that lists the descriptors of the shell running it, one `… N -> target`
+/// line each, and fails when it cannot. `ls -l` lists the table from a process of its own
+/// (not the last command, so the shell forks it), so the listing's own directory is not in
+/// it. Under gVisor `ls` cannot stat `/proc/<pid>/fd` (`EINVAL`, on stderr); a child shell
+/// then reads the table (the glob's directory and `readlink`'s pipes are the child's, not
+/// the shell's). No redirection on `ls`: dash applies it in the shell itself and keeps the
+/// saved descriptor (at 10) while `ls` runs, which `ls` would then list.
+pub const DESCRIPTOR_LISTING: &str = "{ ls -l /proc/$$/fd || sh -c 'for f in /proc/$1/fd/*; do echo \"fd ${f##*/} -> $(readlink \"$f\")\"; done' sh $$; }";
+
+/// The step that lists the descriptors of the step's own shell ([`DESCRIPTOR_LISTING`]),
+/// then a closing line. The shell's table is what every process of the run starts from.
+pub const DESCRIPTOR_STEP: &str = "{ ls -l /proc/$$/fd || sh -c 'for f in /proc/$1/fd/*; do echo \"fd ${f##*/} -> $(readlink \"$f\")\"; done' sh $$; } && echo descriptors-listed";
 
 /// One open descriptor of a process: its number and where `/proc/<pid>/fd/<n>` points.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +116,27 @@ mod tests {
         l-wx------ 1 1000 1000 64 Dec  5 12:00 1 -> pipe:[1234]\n\
         l-wx------ 1 1000 1000 64 Dec  5 12:00 2 -> pipe:[1235]\n\
         descriptors-listed\n";
+
+    #[test]
+    fn the_step_is_the_listing_then_its_closing_line() {
+        assert_eq!(
+            DESCRIPTOR_STEP,
+            format!("{DESCRIPTOR_LISTING} && echo descriptors-listed")
+        );
+    }
+
+    /// The fallback's lines (gVisor's) read like `ls -l`'s.
+    #[test]
+    fn the_child_shells_lines_are_read_too() {
+        let open = listed_descriptors(
+            "fd 0 -> host:[1]\nfd 1 -> host:[2]\nfd 2 -> host:[3]\nfd 7 -> /root/secret\ndescriptors-listed",
+        )
+        .unwrap();
+        assert_eq!(open.len(), 4);
+        assert!(check_descriptors(&open, &[])
+            .unwrap_err()
+            .contains("7 (/root/secret)"));
+    }
 
     #[test]
     fn the_standard_streams_alone_pass() {
