@@ -12,8 +12,12 @@ pub const FD: i32 = 7;
 
 /// A project step (shell) that lists its shell's descriptors, then reads and writes
 /// [`FD`]; it always ends with `probe-end`.
-pub const PROBE: &str =
-    "ls -l /proc/$$/fd; echo probe-read; cat <&7; echo probe-wrote-this >&7; echo probe-end";
+/// It starts with [`plimsoll_provider::smoke::DESCRIPTOR_LISTING`] (checked below), which
+/// also lists under gVisor.
+pub const PROBE: &str = "{ ls -l /proc/$$/fd || sh -c 'for f in /proc/$1/fd/*; do echo \"fd ${f##*/} -> $(readlink \"$f\")\"; done' sh $$; }; echo probe-read; cat <&7; echo probe-wrote-this >&7; echo probe-end";
+
+/// The supervisor's file's name.
+const SECRET_NAME: &str = "supervisor-secret";
 
 /// A 0600 file only its owner can read, holding a line no run may print.
 #[derive(Debug)]
@@ -26,7 +30,7 @@ pub struct Secret {
 impl Secret {
     /// Writes the file in `dir` with mode 0600.
     pub fn new(dir: &Path) -> Secret {
-        let path = dir.join("supervisor-secret");
+        let path = dir.join(SECRET_NAME);
         let content = format!("supervisor-secret-{}\n", std::process::id());
         std::fs::write(&path, &content).expect("write the secret");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
@@ -88,12 +92,16 @@ impl Secret {
     }
 }
 
-/// Whether process `pid` holds [`FD`] open, read from `/proc` by the test; `None` when
-/// its descriptors cannot be read (another user's, or gone).
+/// Whether process `pid` holds the supervisor's file (a [`Secret`]) open at [`FD`], read
+/// from `/proc` by the test; `None` when its descriptors cannot be read (another user's, or
+/// gone). A descriptor of the process's own at that number (a socket, an epoll) is not it.
 pub fn holds_fd(pid: u32) -> Option<bool> {
     let dir = format!("/proc/{pid}/fd");
     std::fs::read_dir(&dir).ok()?;
-    Some(Path::new(&format!("{dir}/{FD}")).exists())
+    Some(
+        std::fs::read_link(format!("{dir}/{FD}"))
+            .is_ok_and(|t| t.file_name() == Some(std::ffi::OsStr::new(SECRET_NAME))),
+    )
 }
 
 /// The children of process `pid` (from the kernel's `children` files).
@@ -110,4 +118,12 @@ pub fn children(pid: u32) -> Vec<u32> {
                 .collect::<Vec<u32>>()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_probe_lists_as_the_smoke_tests_do() {
+        assert!(super::PROBE.starts_with(plimsoll_provider::smoke::DESCRIPTOR_LISTING));
+    }
 }
