@@ -113,6 +113,16 @@ fn resolve(packages: &[(String, PathBuf)], path: &str) -> Result<PathBuf, String
                     Some(dir.join(d).join(first).join("main.rs")).filter(|p| p.is_file())
                 })
             })
+            .or_else(|| {
+                // A module written inline in the crate root (`mod tests { … }` in lib.rs).
+                ["src/lib.rs", "src/main.rs"]
+                    .iter()
+                    .map(|f| dir.join(f))
+                    .find(|p| {
+                        std::fs::read_to_string(p)
+                            .is_ok_and(|t| t.contains(&format!("mod {first} {{")))
+                    })
+            })
             .ok_or_else(|| format!("{krate} has no test target or module {first}"))?,
     };
     for m in modules.iter().skip(1) {

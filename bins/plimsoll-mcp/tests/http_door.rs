@@ -463,7 +463,13 @@ async fn door_to_a_daemon(
     Door,
 ) {
     let setup = plimsoll_testkit::daemon::Setup::tester();
-    let daemon = setup.start(&[("SANDBOX_MAX_SESSIONS", sessions)]).await;
+    // plimsoll-mcp is one caller of the daemon: it may hold every session.
+    let daemon = setup
+        .start(&[
+            ("SANDBOX_MAX_SESSIONS", sessions),
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", sessions),
+        ])
+        .await;
     let url = format!("http://{}", daemon.rpc_addr());
     let token = setup.token(0).to_owned();
     let door = tokio::task::spawn_blocking(move || {

@@ -50,7 +50,16 @@ fn python_sdk_over_stdio() {
     let files = call_files();
     run_scenario(
         &python,
-        &["stdio", BIN, "--call-files", files.path().to_str().unwrap()],
+        // The process provider named: the scenario checks the tier it states, the same on
+        // every machine (unnamed, the embedded daemon takes bwrap where it passes).
+        &[
+            "stdio",
+            BIN,
+            "--provider",
+            "process",
+            "--call-files",
+            files.path().to_str().unwrap(),
+        ],
     );
 }
 
@@ -60,7 +69,13 @@ fn python_sdk_over_streamable_http_with_a_bearer_token() {
     let files = call_files();
     let token = "mcp-bearer-7f3a9c1e5b";
     let mut child = Command::new(BIN)
-        .args(["--listen", "127.0.0.1:0", "--call-files"])
+        .args([
+            "--provider",
+            "process",
+            "--listen",
+            "127.0.0.1:0",
+            "--call-files",
+        ])
         .arg(files.path())
         .env("PLIMSOLL_MCP_TOKEN", token)
         .env("RUST_LOG", "debug")

@@ -6,7 +6,8 @@
 //! `/proc/<pid>/environ` and use its grant. plimsolld therefore refuses to start with grant
 //! profiles, the process provider and more than one caller, unless the operator states
 //! `PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS=1`; the second test shows what that statement
-//! accepts (docs/grants.md, "The process tier and several callers").
+//! accepts (docs/grants.md, "The process tier and several callers"). As root each run has a
+//! host user of its own, so that test asserts the other run finds nothing.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -203,7 +204,9 @@ fn with_the_trust_statement_a_second_callers_run_can_use_the_first_callers_grant
         p.log()
     );
 
-    let (ready, release) = (d.join("alice-ready"), d.join("release"));
+    // A folder alice's run may write (as root, each run has a user of its own).
+    let open = plimsoll_testkit::shared_folder(d, "open");
+    let (ready, release) = (open.join("alice-ready"), open.join("release"));
     let alice_code = format!(
         "const fs = require('fs');\n\
          fs.writeFileSync({ready:?}, 'ready');\n\
@@ -278,6 +281,14 @@ http.get({{ host: u.hostname, port: u.port, path: '/v1/items/42',
     );
     assert_eq!(stdout(&alice_out).trim(), "alice done");
     let bob_said = stdout(&bob_out);
+    if nix::unistd::geteuid().is_root() {
+        // As root each run has a user of its own: bob's run cannot read the environment
+        // of alice's, so the statement's risk does not come true here.
+        assert_eq!(bob_said.trim(), r#"{"found":false}"#, "{}", p.log());
+        assert!(seen.lock().unwrap().is_empty());
+        assert_eq!(p.stop().code(), Some(0), "{}", p.log());
+        return;
+    }
     assert_eq!(
         bob_said.trim(),
         r#"{"found":true,"status":201,"body":"{\"item\":42}"}"#,

@@ -99,11 +99,7 @@ async fn project_runs_steps_and_returns_artifacts() {
 #[tokio::test]
 async fn floor_above_the_tier_is_refused_and_runs_nothing() {
     let f = daemon_with(&[]).await;
-    // A folder the run's own user may write (as root, each run has a user of its own).
-    let open = f._dir.path().join("open");
-    std::fs::create_dir(&open).unwrap();
-    std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
-    let marker = open.join("marker");
+    let marker = plimsoll_testkit::shared_folder(f._dir.path(), "open").join("marker");
     let code = format!(
         "require('fs').writeFileSync({:?}, 'ran')",
         marker.to_str().unwrap()

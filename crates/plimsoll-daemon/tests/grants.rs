@@ -395,7 +395,7 @@ async fn unknown_and_forbidden_profiles_get_the_same_refusal_and_run_nothing() {
         r#"{"theirs":{"base_url":"http://UPSTREAM","routes":["GET /v1/items/{id}"],"allowed_callers":["other"]}}"#,
     )
     .await;
-    let marker = f._dir.path().join("marker");
+    let marker = plimsoll_testkit::shared_folder(f._dir.path(), "open").join("marker");
     let code = format!(
         "require('fs').writeFileSync({:?}, 'ran')",
         marker.to_str().unwrap()

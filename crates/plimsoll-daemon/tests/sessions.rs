@@ -91,6 +91,12 @@ impl ProviderSession for ScriptedSession {
                         .iter()
                         .map(|s| pb::StepResult {
                             command: s.clone(),
+                            // The startup smoke test's descriptor listing: a clean table.
+                            stdout: if s == plimsoll_provider::smoke::DESCRIPTOR_STEP {
+                                b"total 0\nlr-x------ 1 0 0 64 Dec  5 12:00 0 -> /dev/null\ndescriptors-listed\n".to_vec()
+                            } else {
+                                Vec::new()
+                            },
                             exit_code: s
                                 .strip_prefix("exit ")
                                 .and_then(|n| n.parse().ok())

@@ -643,11 +643,7 @@ impl FakeCluster {
     /// A scratch directory inside the cluster's temporary directory, writable by the runs'
     /// users too (mode 1777, as /tmp), so a test's code can leave a marker there.
     pub fn scratch(&self) -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
-        let d = self.inner.dir.join("scratch");
-        let _ = std::fs::create_dir_all(&d);
-        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777));
-        d
+        crate::shared_folder(&self.inner.dir, "scratch")
     }
 
     /// The port every pod's terminator listens on (the provider's `sandboxd_port`).

@@ -17,6 +17,7 @@
 //! - [`inherited`]: a descriptor a supervisor leaves open (fd 7 on a 0600 file), the run
 //!   step that tries it, and the checks that nothing reached it.
 //! - [`bound`]: an outer cgroup bound (processes, memory) for tests that run a bomb.
+//! - [`shared_folder`]: a folder a run's own user may write, for markers a test looks for.
 
 pub mod bound;
 pub mod bwrap;
@@ -33,3 +34,15 @@ pub mod python;
 pub mod sessions;
 pub mod tsa;
 pub mod upstream;
+
+/// A folder `name` under `parent` that every user may write (mode 1777, as /tmp), for a
+/// marker a test's run leaves and the test then looks for. As root the process provider runs
+/// each program as a user of its own, which cannot write into a test's 0700 temporary folder.
+pub fn shared_folder(parent: &std::path::Path, name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = parent.join(name);
+    std::fs::create_dir_all(&d).expect("a shared folder");
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777))
+        .expect("a shared folder's mode");
+    d
+}
