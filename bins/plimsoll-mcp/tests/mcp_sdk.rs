@@ -84,6 +84,8 @@ fn python_sdk_over_streamable_http_with_a_bearer_token() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // A failed assertion below must not leave the server running (.ci/leftovers).
+    let mut guard = KillOnDrop(Some(child.id()));
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut log = String::new();
     let url = loop {
@@ -121,6 +123,7 @@ fn python_sdk_over_streamable_http_with_a_bearer_token() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
+            guard.0 = None; // reaped: its pid is no longer ours to signal
             break s;
         }
         assert!(
@@ -151,4 +154,18 @@ fn raw_post(addr: &str, auth: &str) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out.lines().next().unwrap_or_default().to_owned()
+}
+
+/// SIGKILLs the process it names when dropped (a test that failed before stopping it).
+struct KillOnDrop(Option<u32>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
