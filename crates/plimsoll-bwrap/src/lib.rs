@@ -1,7 +1,7 @@
 //! plimsoll-bwrap: the `bwrap` provider, a container-tier wall without a daemon. Each run
 //! (and each session) is one `bwrap` (bubblewrap) sandbox with new user, PID, network
 //! (loopback only), IPC, UTS and cgroup namespaces, no capabilities, a seccomp filter
-//! plimsoll builds ([`seccomp`]), a read-only view of the system directories and fresh,
+//! plimsoll builds ([`seccomp`], shared with the Docker provider's profile), a read-only view of the system directories and fresh,
 //! bounded `/tmp` and `/work`. `plimsoll-sandboxd` is the sandbox's program: plimsolld talks
 //! to it over a Unix socket in the run's own directory, as the Docker provider does.
 //!
@@ -16,8 +16,9 @@ pub mod evidence;
 pub mod host;
 mod provider;
 pub mod sandbox;
-pub mod seccomp;
 mod session;
+
+pub use plimsoll_provider::seccomp;
 
 pub use command::{system_entries, Spec, SystemEntry, CHANNEL_DIR, GRANT_SOCKET_NAME, WORK_DIR};
 pub use config::{

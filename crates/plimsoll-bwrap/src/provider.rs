@@ -27,7 +27,8 @@ use tokio::sync::Notify;
 use crate::command::{Spec, CHANNEL_DIR, GRANT_SOCKET_NAME};
 use crate::config::{BwrapConfig, NAME, TMP_MB};
 use crate::sandbox::{Launch, LaunchError, Sandbox};
-use crate::{evidence, host, seccomp};
+use crate::{evidence, host};
+use plimsoll_provider::seccomp;
 
 /// The longest Unix socket path Linux accepts (`sun_path` is 108 bytes with its NUL).
 const MAX_SOCKET_PATH: usize = 107;

@@ -32,7 +32,7 @@ pub const VARIABLES: &[Variable] = &[
     ),
     (
         "SANDBOX_DOCKER_SECCOMP",
-        "seccomp profile (JSON file) for each container; empty uses the engine's default",
+        "seccomp profile for each container: empty for plimsoll's (the bwrap provider's rules), `engine` for the engine's default, or a JSON file",
     ),
     (
         "DOCKER_HOST",
@@ -97,7 +97,13 @@ impl Runtime {
 /// The seccomp profile applied to each container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Seccomp {
-    /// The engine's default profile.
+    /// plimsoll's profile ([`plimsoll_provider::seccomp::docker_profile`]): the rules the
+    /// bwrap provider's filter holds, so a `container` tier means the same calls refused
+    /// under either wall. The default.
+    Plimsoll,
+    /// The engine's default profile (`SANDBOX_DOCKER_SECCOMP=engine`), which allows what
+    /// docs/walls.md lists for it (other socket families, `TIOCSTI`, `modify_ldt`, `ptrace`
+    /// of a child, executing a `memfd`).
     EngineDefault,
     /// A JSON profile read from this file at startup.
     File(PathBuf),
@@ -167,7 +173,7 @@ impl DockerConfig {
             runtime_name: None,
             pool: 0,
             session_pool: 0,
-            seccomp: Seccomp::EngineDefault,
+            seccomp: Seccomp::Plimsoll,
             memory_mb: 0,
             cpus: 0.0,
             pids: 0,
@@ -272,11 +278,12 @@ fn engine_settings(v: &Vars<'_>) -> Result<EngineSettings, ConfigError> {
         ));
     }
     let seccomp = match v.string("SANDBOX_DOCKER_SECCOMP") {
-        None => Seccomp::EngineDefault,
+        None => Seccomp::Plimsoll,
+        Some(s) if s == "engine" => Seccomp::EngineDefault,
         Some(s) if s == "unconfined" => {
             return Err(ConfigError::new(
                 "SANDBOX_DOCKER_SECCOMP",
-                "`unconfined` is refused: every container runs under a seccomp profile (leave it empty for the engine's default)",
+                "`unconfined` is refused: every container runs under a seccomp profile (leave it empty for plimsoll's, or `engine` for the engine's default)",
             ))
         }
         Some(s) => Seccomp::File(PathBuf::from(s)),

@@ -6,6 +6,7 @@
 //! A provider must never claim a tier it did not prove, and must return
 //! [`ProviderError::Refused`] only when it is certain nothing ran.
 
+pub mod seccomp;
 pub mod smoke;
 pub mod users;
 

@@ -280,6 +280,20 @@ fn docker_settings_are_read_and_checked() {
     assert_eq!((d.pool, d.memory_mb), (3, 128));
     assert_eq!(d.state_dir, PathBuf::from("/var/lib/plimsoll/docker"));
     assert_eq!(d.docker_host.as_deref(), Some("unix:///run/docker.sock"));
+    // The seccomp profile: plimsoll's by default, the engine's on request, or a file.
+    assert_eq!(d.seccomp, plimsoll_docker::Seccomp::Plimsoll);
+    for (v, want) in [
+        ("engine", plimsoll_docker::Seccomp::EngineDefault),
+        (
+            "/etc/p.json",
+            plimsoll_docker::Seccomp::File(PathBuf::from("/etc/p.json")),
+        ),
+    ] {
+        let mut p = pairs.clone();
+        p.push(("SANDBOX_DOCKER_SECCOMP", v));
+        let c = Config::from_env(&MapEnv::from_pairs(p)).unwrap();
+        assert_eq!(docker_of(&c).seccomp, want, "{v}");
+    }
     for (k, v) in [
         ("SANDBOX_DOCKER_RUNTIME", "kata"),
         ("SANDBOX_DOCKER_POOL", "lots"),

@@ -40,6 +40,7 @@ impl Inner {
             .map_err(|(var, message)| Error::Setting { var, message })?;
         let socket = cfg.socket_path().map_err(Error::Socket)?;
         let seccomp_json = match &cfg.seccomp {
+            Seccomp::Plimsoll => Some(plimsoll_provider::seccomp::docker_profile()),
             Seccomp::EngineDefault => None,
             Seccomp::File(p) => {
                 let text = std::fs::read_to_string(p).map_err(|source| Error::SeccompRead {

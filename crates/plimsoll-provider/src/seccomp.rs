@@ -1,5 +1,9 @@
-//! The seccomp filter every sandbox runs under: an allowlist, written as classic BPF by hand
-//! (every rule stays visible and the digest stable) and handed to `bwrap --seccomp`.
+//! The seccomp policy plimsoll's own Linux walls run under, in the two forms they take it:
+//! classic BPF written by hand ([`program`], every rule visible and the digest stable),
+//! handed to `bwrap --seccomp` by the bwrap provider, and the same rules as a Docker (OCI)
+//! JSON profile ([`docker_profile`]) the Docker provider gives each container under runc.
+//! One table, two renderings: a test runs both over every call and the arguments each rule
+//! reads and requires the same answer.
 //!
 //! It follows Docker's default profile as it applies to a container without capabilities:
 //! `github.com/moby/profiles/seccomp` v0.2.3, the version moby/moby vendors at commit
@@ -30,6 +34,10 @@
 //!
 //! Any other architecture than the one plimsoll was built for is killed, and so is the x32
 //! ABI on x86-64. bwrap sets `no_new_privs` before it installs the filter.
+
+mod docker;
+
+pub use docker::docker_profile;
 
 /// The filter's instructions in the kernel's `struct sock_filter` layout, native endian:
 /// 8 bytes each, ready to be read by `bwrap --seccomp FD`.
@@ -298,7 +306,7 @@ pub const REFUSED_IOCTLS: [u32; 2] = [libc::TIOCSTI as u32, libc::TIOCLINUX as u
 /// `CLONE_NEWUTS`, `CLONE_NEWIPC`, `CLONE_NEWUSER`, `CLONE_NEWPID`, `CLONE_NEWNET`.
 pub const CLONE_NAMESPACES: u32 = 0x7E02_0000;
 /// `execveat`'s flag to execute the file descriptor itself.
-const AT_EMPTY_PATH: u32 = libc::AT_EMPTY_PATH as u32;
+pub const AT_EMPTY_PATH: u32 = libc::AT_EMPTY_PATH as u32;
 /// `memfd_create`'s flag for an executable `memfd` (Linux 6.3; the libc crate lacks it).
 pub const MFD_EXEC: u32 = 0x10;
 /// `memfd_create`'s flag for a `memfd` that is not executable and cannot be made so
@@ -476,7 +484,7 @@ mod tests {
 
     /// Runs the filter the way the kernel does, over one `seccomp_data` (the low 32 bits of
     /// each argument; the high halves are never loaded).
-    fn run_with(arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+    pub(super) fn run_with(arch: u32, nr: u32, args: [u64; 6]) -> u32 {
         let ins = instructions();
         let word = |off: u32| -> u32 {
             match off {
@@ -503,7 +511,7 @@ mod tests {
         }
     }
 
-    fn arch() -> u32 {
+    pub(super) fn arch() -> u32 {
         AUDIT_ARCH.expect("a supported architecture")
     }
 
