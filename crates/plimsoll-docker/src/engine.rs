@@ -40,6 +40,54 @@ pub const SANDBOXD_PATH: &str = "/usr/local/bin/plimsoll-sandboxd";
 /// sandboxd's run root inside the container (a tmpfs).
 pub const WORK_DIR: &str = "/work";
 
+/// Host tasks gVisor's sentry needs besides the guest's: measured at 44 for a sandbox
+/// running one shell (runsc 2022-12, ptrace platform), with room to spare.
+pub const GVISOR_BASE_TASKS: u32 = 64;
+/// Host tasks gVisor's ptrace platform spends per guest task, at most: each guest address
+/// space is a stub process with threads of its own (measured: about 15 per process that
+/// executes a program, 5 per forked Python, 0.15 per thread of one process).
+pub const GVISOR_TASKS_PER_GUEST_TASK: u32 = 16;
+/// Host memory gVisor's ptrace platform spends per guest process, in MiB, rounded up
+/// (measured: 3.3 per forked Python process, counted in the container's memory cgroup).
+pub const GVISOR_MIB_PER_GUEST_TASK: u32 = 6;
+
+/// The bounds a container gets from inside gVisor's kernel, under runsc: `(processes,
+/// MiB per process)` for sandboxd's `--max-processes` and `--max-memory-mb`.
+///
+/// Under runsc the container's cgroups hold gVisor itself, not the guest's processes, and
+/// when the host refuses gVisor a task or a page, gVisor does not fail the guest's call: the
+/// sentry panics ("error initializing first thread: resource temporarily unavailable") or
+/// is killed by the cgroup's OOM killer, and the sandbox dies with the run's answer (the
+/// "lost channel" of issue 38). gVisor's own kernel refuses cleanly, with `EAGAIN` for
+/// `RLIMIT_NPROC` and `ENOMEM` for `RLIMIT_AS` (it does not enforce `RLIMIT_DATA`), so
+/// each bound is set there, below what the cgroups allow:
+/// - processes and threads: `SANDBOX_PIDS`, and at most one per
+///   [`GVISOR_MIB_PER_GUEST_TASK`] MiB of `SANDBOX_MEMORY_MB` (85 at the default 512), so
+///   what gVisor spends on them fits in the memory limit;
+/// - address space per process: three quarters of `SANDBOX_MEMORY_MB`, at least 384 MiB
+///   (node reserves 352 to start): one process cannot take the whole container. A
+///   bound per process, not in total: several processes together can still reach the
+///   memory limit, and the sandbox is then killed.
+pub fn gvisor_bounds(limits: &Limits) -> (u32, u32) {
+    let processes = limits
+        .pids
+        .min(limits.memory_mb / GVISOR_MIB_PER_GUEST_TASK)
+        .max(16);
+    let memory = (limits.memory_mb / 4 * 3).max(384);
+    (processes, memory)
+}
+
+/// The container's pids cgroup limit: `SANDBOX_PIDS` under runc; under runsc a host bound
+/// above what the guest's process limit ([`gvisor_bounds`]) can cost gVisor.
+pub fn pids_cgroup_limit(runtime: &str, limits: &Limits) -> i64 {
+    if runtime == "runsc" {
+        let (processes, _) = gvisor_bounds(limits);
+        i64::from(GVISOR_BASE_TASKS) + i64::from(GVISOR_TASKS_PER_GUEST_TASK) * i64::from(processes)
+    } else {
+        i64::from(limits.pids)
+    }
+}
+
 /// How long the engine is given for one API call before it is treated as unreachable.
 pub const API_TIMEOUT_S: u64 = 60;
 
@@ -134,6 +182,15 @@ pub fn container_body(s: &Spec<'_>) -> ContainerCreateBody {
     if s.session {
         cmd.push("--session".to_owned());
     }
+    if s.runtime == "runsc" {
+        // Bounded inside gVisor's kernel, where a refusal is an error the code sees
+        // ([`gvisor_bounds`]).
+        let (processes, memory_mb) = gvisor_bounds(&s.limits);
+        cmd.push("--max-processes".to_owned());
+        cmd.push(processes.to_string());
+        cmd.push("--max-memory-mb".to_owned());
+        cmd.push(memory_mb.to_string());
+    }
     ContainerCreateBody {
         image: Some(s.image_id.to_owned()),
         entrypoint: Some(vec![SANDBOXD_PATH.to_owned()]),
@@ -161,7 +218,7 @@ pub fn container_body(s: &Spec<'_>) -> ContainerCreateBody {
             memory: Some(mem),
             memory_swap: Some(mem),
             nano_cpus: Some((s.limits.cpus * 1e9) as i64),
-            pids_limit: Some(i64::from(s.limits.pids)),
+            pids_limit: Some(pids_cgroup_limit(s.runtime, &s.limits)),
             ulimits: Some(vec![
                 ResourcesUlimits {
                     name: Some("core".into()),
@@ -524,6 +581,40 @@ mod tests {
             .iter()
             .any(|o| o.starts_with("seccomp={")));
         assert_eq!(h.runtime.as_deref(), Some("runsc"));
+    }
+
+    #[test]
+    fn under_runsc_the_process_limit_is_kept_inside_gvisor() {
+        let dir = Path::new("/d");
+        let mut s = spec(dir);
+        let b = container_body(&s);
+        assert_eq!(b.host_config.unwrap().pids_limit, Some(64));
+        assert!(!b.cmd.unwrap().iter().any(|a| a == "--max-processes"));
+        s.runtime = "runsc";
+        let b = container_body(&s);
+        let cmd = b.cmd.unwrap();
+        let flag = |f: &str| {
+            let at = cmd.iter().position(|a| a == f).expect("the flag");
+            cmd[at + 1].clone()
+        };
+        let l = &s.limits;
+        // The smaller of SANDBOX_PIDS and one per 6 MiB of memory; 3/4 of it per process.
+        let want = l.pids.min(l.memory_mb / 6).max(16);
+        assert_eq!(flag("--max-processes"), want.to_string());
+        assert_eq!(
+            flag("--max-memory-mb"),
+            (l.memory_mb / 4 * 3).max(384).to_string()
+        );
+        assert_eq!(
+            b.host_config.unwrap().pids_limit,
+            Some(64 + 16 * i64::from(want))
+        );
+        let default = Limits {
+            pids: 256,
+            memory_mb: 512,
+            ..*l
+        };
+        assert_eq!(gvisor_bounds(&default), (85, 384));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The session conformance suite (`plimsoll_testkit::sessions`) on the Docker provider:
 //! one in-process plimsolld with sessions on (its startup session smoke test included), the
-//! real engine and the sandbox image, every check of the suite in turn (under runc; see
-//! the gap noted in the test for runsc). With a wall
-//! (`container` or `kernel`), two sessions must not reach each other's files by path.
+//! real engine and the sandbox image, every check of the suite in turn, under runc and
+//! under runsc (`PLIMSOLL_TEST_DOCKER_RUNTIME=runsc`). With a wall (`container` or
+//! `kernel`), two sessions must not reach each other's files by path.
 
 #[macro_use]
 mod support;
@@ -15,13 +15,6 @@ use support::IMAGE;
 #[tokio::test]
 async fn the_conformance_suite_passes_on_docker() {
     let _engine = need_engine!();
-    if support::gvisor() {
-        // Known gap: under runsc one call of the suite once lost its channel to sandboxd
-        // ("transport error") in CI, not reproduced locally and not yet understood. The
-        // Docker session tests (docker_sessions.rs) do run under runsc.
-        eprintln!("SKIPPED under runsc: the conformance suite runs under runc only for now");
-        return;
-    }
     let setup = Setup::tester();
     let runtime = support::runtime();
     let daemon = setup
