@@ -52,6 +52,17 @@ pub enum CheckError {
         /// What the record says.
         got: String,
     },
+    /// The request named a software rule and the record's software identity is not one of
+    /// its identities (an empty identity satisfies no rule).
+    #[error("the answer's software identity {identity:?} is not in the request's rule ({mode} of {allowed:?}); the code may have run")]
+    SoftwareNotInRule {
+        /// The identity the record states.
+        identity: String,
+        /// The rule's mode (`exact` or `approved`).
+        mode: String,
+        /// The identities the rule allows.
+        allowed: Vec<String>,
+    },
     /// An unanswered record's `unanswered` is not a gRPC code name, or it carries a result.
     #[error("the unanswered record is malformed: {0}; the code may have run")]
     Unanswered(String),
@@ -188,7 +199,8 @@ pub fn check_unanswered_run(
     check_record(sent, rec, expected)
 }
 
-/// What every record check shares: request digest, rule id, floor, own digest, chain link.
+/// What every record check shares: request digest, rule id, the identity within the rule,
+/// floor, own digest, chain link.
 fn check_record(
     sent: &pb::RunRequest,
     rec: &pb::RunRecord,
@@ -200,6 +212,17 @@ fn check_record(
         &software_rule_id(sent.software_rule.as_ref()),
         &rec.software_rule_id,
     )?;
+    // The identity the run had is one the rule allows (the reference's step 6): a daemon
+    // that ran under another identity and recorded the rule it was sent is caught here.
+    if let Some(rule) = sent.software_rule.as_ref().filter(|r| !r.mode.is_empty()) {
+        if rec.software_identity.is_empty() || !rule.identities.contains(&rec.software_identity) {
+            return Err(CheckError::SoftwareNotInRule {
+                identity: rec.software_identity.clone(),
+                mode: rule.mode.clone(),
+                allowed: rule.identities.clone(),
+            });
+        }
+    }
     let floor = Floor::parse(&sent.minimum_isolation).unwrap_or(Floor::NONE);
     let tier: Option<Tier> = rec.isolation.parse().ok();
     if !tier.is_some_and(|t| t.meets(floor)) {

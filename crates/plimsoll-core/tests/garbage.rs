@@ -282,6 +282,16 @@ fn stamped_answers_pass_the_check_and_a_flipped_stdout_byte_fails_it() {
             environment: r.string(20),
             result: Some(random_result(&mut r)),
         };
+        // A daemon runs only under an identity the request's rule allows (else it refuses
+        // before running): the answer's identity is one of the rule's.
+        if let Some(rule) = req.software_rule.as_mut().filter(|r| !r.mode.is_empty()) {
+            // (An empty identity satisfies no rule.)
+            if rule.identities.iter().all(String::is_empty) {
+                rule.identities.push(r.string(10) + "x");
+            }
+            let usable: Vec<&String> = rule.identities.iter().filter(|i| !i.is_empty()).collect();
+            resp.software_identity = usable[r.below(usable.len())].clone();
+        }
         let started = r.next() as i64;
         let ended = r.next() as i64;
         digest::stamp(&req, &mut resp, &r.string(10), started, ended);
@@ -302,10 +312,57 @@ fn stamped_answers_pass_the_check_and_a_flipped_stdout_byte_fails_it() {
 }
 
 #[test]
+fn an_identity_outside_the_rule_fails_the_check_even_when_stamped() {
+    let mut r = Rng(0x5EED_0F5A_F7E6_0006);
+    let mut refused = 0;
+    for i in 0..1000 {
+        let mut req = random_request(&mut r);
+        req.minimum_isolation = String::new();
+        let allowed: Vec<String> = (0..=r.below(3)).map(|_| r.string(12) + "a").collect();
+        req.software_rule = Some(pb::SoftwareRule {
+            mode: if allowed.len() == 1 {
+                "exact"
+            } else {
+                "approved"
+            }
+            .to_owned(),
+            identities: allowed.clone(),
+        });
+        // Another identity (never one of the rule's: they end in "a"), or none at all.
+        let other = if r.bool() {
+            String::new()
+        } else {
+            r.string(12) + "b"
+        };
+        let mut resp = pb::RunResponse {
+            sandbox: "docker".into(),
+            isolation: "container".into(),
+            software_identity: other.clone(),
+            result: Some(random_result(&mut r)),
+            ..Default::default()
+        };
+        digest::stamp(&req, &mut resp, "", 0, 1);
+        match check_answer(&req, &resp) {
+            Err(CheckError::SoftwareNotInRule { identity, .. }) => {
+                assert_eq!(identity, other);
+                refused += 1;
+            }
+            other => panic!("answer {i}: an identity outside the rule gave {other:?}"),
+        }
+        // The same answer under an identity the rule allows passes.
+        resp.software_identity = allowed[r.below(allowed.len())].clone();
+        digest::stamp(&req, &mut resp, "", 0, 1);
+        check_answer(&req, &resp).unwrap_or_else(|e| panic!("answer {i}: {e}"));
+    }
+    assert_eq!(refused, 1000);
+}
+
+#[test]
 fn an_answer_below_the_floor_fails_the_check_even_when_stamped() {
     let mut r = Rng(0x0123_4567_89AB_CDEF);
     for _ in 0..500 {
         let mut req = random_request(&mut r);
+        req.software_rule = None;
         let floor = Tier::ALL[1 + r.below(3)];
         req.minimum_isolation = floor.to_string();
         let below = Tier::ALL[r.below(floor as usize)];

@@ -944,6 +944,11 @@
         }
         var rule = softwareRuleId(req.software_rule);
         if (rule !== rec.software_rule_id) throw new Error('software_rule_id is ' + JSON.stringify(rec.software_rule_id) + ', the request gives ' + JSON.stringify(rule));
+        var sr = req.software_rule;
+        if (sr && sr.mode.bytes.length > 0) {
+          var allowed = sr.identities.map(function (id) { return id.text; });
+          if (!rec.software_identity || allowed.indexOf(rec.software_identity) < 0) throw new Error('the software identity ' + JSON.stringify(rec.software_identity) + ' is not in the request\'s rule (' + sr.mode.text + ' of ' + JSON.stringify(allowed) + ')');
+        }
         var floor = req.minimum_isolation.text, tier = TIERS.indexOf(rec.isolation);
         if (tier < 0 || tier < Math.max(0, TIERS.indexOf(floor))) throw new Error('the tier ' + JSON.stringify(rec.isolation) + ' does not meet the floor ' + JSON.stringify(floor));
         if (!rec.session) {
