@@ -11,6 +11,7 @@ use plimsoll_daemon::{config, Config, StartError};
 const EXIT_HELP: &str = "\
 Exit codes:
   0  stopped after SIGTERM or SIGINT (also during startup), runs in flight answered
+     (SIGHUP does not stop it: it re-reads PLIMSOLL_CLIENTS_FILE)
   1  the provider failed its startup checks or smoke test, or a listener could not be bound
   2  a configuration error: one line names the variable or file to fix";
 
@@ -75,15 +76,30 @@ async fn run() -> ExitCode {
             return ExitCode::from(e.exit_code());
         }
     };
-    signals.recv().await;
+    // SIGHUP re-reads the callers file (docs/plimsolld.md, "Reloading callers"); SIGTERM
+    // and SIGINT stop the daemon.
+    while let Some(Reload) = signals.recv_or_reload().await {
+        match daemon.reload_callers() {
+            Ok(callers) => tracing::info!(callers, "callers file reloaded"),
+            Err(e) => {
+                tracing::warn!(error = %e, "callers file not reloaded; the table in use stays")
+            }
+        }
+    }
     tracing::info!("shutting down: refusing new runs, answering runs in flight");
     daemon.shutdown().await;
     ExitCode::SUCCESS
 }
 
-/// SIGTERM and SIGINT, caught from when they are installed (a signal that arrives before
-/// `recv` is kept for it).
-struct Signals(Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>);
+/// A SIGHUP: reload the callers file.
+struct Reload;
+
+/// SIGTERM and SIGINT (stop) and SIGHUP (reload), caught from when they are installed (a
+/// signal that arrives before `recv` is kept for it). A SIGHUP during startup is taken as a
+/// reload once the daemon serves, never as the default action that would end it.
+struct Signals(Option<(Signal, Signal, Signal)>);
+
+use tokio::signal::unix::Signal;
 
 impl Signals {
     fn install() -> Signals {
@@ -91,22 +107,31 @@ impl Signals {
         match (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
+            signal(SignalKind::hangup()),
         ) {
-            (Ok(term), Ok(int)) => Signals(Some((term, int))),
+            (Ok(term), Ok(int), Ok(hup)) => Signals(Some((term, int, hup))),
             _ => Signals(None),
         }
     }
 
+    /// Waits for SIGTERM or SIGINT; a SIGHUP meanwhile is ignored (startup).
     async fn recv(&mut self) {
+        while self.recv_or_reload().await.is_some() {}
+    }
+
+    /// Waits for SIGTERM or SIGINT (`None`) or SIGHUP (`Some(Reload)`).
+    async fn recv_or_reload(&mut self) -> Option<Reload> {
         match &mut self.0 {
-            Some((term, int)) => {
+            Some((term, int, hup)) => {
                 tokio::select! {
-                    _ = term.recv() => {},
-                    _ = int.recv() => {},
+                    _ = term.recv() => None,
+                    _ = int.recv() => None,
+                    _ = hup.recv() => Some(Reload),
                 }
             }
             None => {
                 let _ = tokio::signal::ctrl_c().await;
+                None
             }
         }
     }

@@ -150,7 +150,46 @@ fn grants_on_the_process_provider_with_two_callers_are_refused_at_startup() {
             ("PLIMSOLL_GRANTS_FILE", grants.as_str()),
         ],
     );
-    assert!(p.serving().is_some(), "{}", p.log());
+    let url = p.serving().unwrap_or_else(|| panic!("{}", p.log()));
+    // A second caller added to the file and a SIGHUP: the reload is refused for the same
+    // reason (docs/plimsolld.md, "Reloading callers"), the table in use stays, and the new
+    // caller is not served.
+    let mut file = plimsoll_callers::CallersFile::load(Path::new(&callers)).unwrap();
+    let bob = file.add("bob", &[]).unwrap();
+    file.save(Path::new(&callers)).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(p.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let line = p
+        .next_message_within(
+            "callers file not reloaded; the table in use stays",
+            std::time::Duration::from_secs(30),
+        )
+        .unwrap_or_else(|| panic!("no refusal of the reload:\n{}", p.log()));
+    let why = line["error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("names 2 callers") && why.contains(TRUST),
+        "{line}"
+    );
+    let refused = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut c = Client::connect(
+                &url,
+                ClientOptions {
+                    token: Some(bob),
+                    ca_file: None,
+                },
+            )
+            .await
+            .unwrap();
+            c.describe().await.is_err()
+        });
+    assert!(refused, "the caller the refused reload named was served");
     assert_eq!(p.stop().code(), Some(0), "{}", p.log());
     assert!(seen.lock().unwrap().is_empty());
 }

@@ -1,7 +1,7 @@
 //! Caller authentication, done on the request headers before the body is decoded.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use plimsoll_core::Refusal;
@@ -18,9 +18,11 @@ pub struct Principal {
 }
 
 /// Checks `authorization: Bearer <token>` against the registry, and the `code:run` scope.
+/// Clones share one table, which [`Authenticator::replace`] swaps whole (a reload of the
+/// callers file): a request is checked against the old table or the new one, never a mix.
 #[derive(Debug, Clone)]
 pub struct Authenticator {
-    auth: Arc<CallerAuth>,
+    auth: Arc<RwLock<Arc<CallerAuth>>>,
     last_log: Arc<AtomicU64>,
     epoch: Instant,
     metrics: Arc<Metrics>,
@@ -30,11 +32,17 @@ impl Authenticator {
     /// An authenticator for `auth`.
     pub fn new(auth: CallerAuth, metrics: Arc<Metrics>) -> Self {
         Authenticator {
-            auth: Arc::new(auth),
+            auth: Arc::new(RwLock::new(Arc::new(auth))),
             last_log: Arc::new(AtomicU64::new(0)),
             epoch: Instant::now(),
             metrics,
         }
+    }
+
+    /// Puts `auth` in place of the table every clone checks against, from the next request.
+    pub fn replace(&self, auth: CallerAuth) {
+        let mut slot = self.auth.write().unwrap_or_else(|e| e.into_inner());
+        *slot = Arc::new(auth);
     }
 
     /// Logs a refused credential at most once every 30 seconds, never the token itself.
@@ -56,7 +64,8 @@ impl Authenticator {
 
     /// Authenticates one request's headers.
     pub fn check(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Principal, Refusal> {
-        let registry = match &*self.auth {
+        let auth = self.auth.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let registry = match &*auth {
             CallerAuth::Insecure => return Ok(Principal { id: "anon".into() }),
             CallerAuth::Registry(r) => r,
         };

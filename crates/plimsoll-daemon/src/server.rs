@@ -179,6 +179,13 @@ pub struct RunningDaemon {
     provider: Arc<dyn Provider>,
     /// The open sessions (ended `SHUTDOWN` after the drain) and their sweeper.
     sessions: Option<(Arc<SessionTable>, JoinHandle<()>)>,
+    /// The callers table every listener checks, and the file it was read from.
+    auth: Authenticator,
+    clients_file: Option<std::path::PathBuf>,
+    /// Grant profiles on a provider whose runs share one user, without the operator's
+    /// trust-all statement: the callers file may name one caller only (the startup check of
+    /// docs/grants.md), so a reload that would add a second is refused.
+    one_caller_only: bool,
 }
 
 impl RunningDaemon {
@@ -194,6 +201,31 @@ impl RunningDaemon {
     /// The metrics listener's bound address, if on.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+    /// Reads `PLIMSOLL_CLIENTS_FILE` again and, when it parses and checks, puts it in place
+    /// of the table every listener uses, whole: a new caller is served and a removed one is
+    /// refused from their next request. A file that does not parse, or that would break the
+    /// one-caller rule for grants on a shared-user provider, changes nothing (the error
+    /// says why). Returns how many callers the new table holds. Sessions a removed
+    /// caller opened are not ended by the reload: their calls are refused (every call is
+    /// authenticated) and they end at their lifetime.
+    pub fn reload_callers(&self) -> Result<usize, String> {
+        let Some(path) = &self.clients_file else {
+            return Err("no PLIMSOLL_CLIENTS_FILE: there is no callers file to reload".into());
+        };
+        let file = plimsoll_callers::CallersFile::load(path).map_err(|e| e.to_string())?;
+        let registry = plimsoll_callers::Registry::new(file).map_err(|e| e.to_string())?;
+        let n = registry.len();
+        if self.one_caller_only && n > 1 {
+            return Err(format!(
+                "{} names {n} callers, and grant profiles on a provider whose runs share one user allow one \
+                 (any caller's run could use another run's grant; docs/grants.md). Keep one caller, or restart \
+                 with PLIMSOLL_PROCESS_GRANTS_TRUST_ALL_CALLERS=1 or another provider",
+                path.display()
+            ));
+        }
+        self.auth.replace(CallerAuth::Registry(registry));
+        Ok(n)
     }
     /// Stops accepting, refuses new runs as `capacity`, waits (bounded by the grace period)
     /// for runs in flight to be answered, then stops the provider (the docker provider
@@ -381,6 +413,7 @@ pub async fn start_with(
         (t, sweeper)
     });
     let auth = Authenticator::new(cfg.auth.clone(), metrics.clone());
+    let reload_auth = auth.clone();
     let svc = SandboxServiceServer::new(service)
         // The codec refuses anything over 8 MiB as a marked request refusal; tonic's own
         // cap sits above it so that refusal, not tonic's unmarked one, is what callers see.
@@ -503,6 +536,14 @@ pub async fn start_with(
         grace: cfg.shutdown_grace,
         provider,
         sessions,
+        auth: reload_auth,
+        one_caller_only: cfg.provider.runs_share_one_user()
+            && !cfg.grants.is_empty()
+            && !cfg.process_grants_trust_all_callers,
+        clients_file: cfg
+            .clients_file
+            .clone()
+            .filter(|_| matches!(cfg.auth, CallerAuth::Registry(_))),
     })
 }
 

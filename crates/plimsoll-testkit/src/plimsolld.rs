@@ -119,6 +119,24 @@ impl Plimsolld {
         None
     }
 
+    /// The next log line not read before whose message is `message`, waiting at most
+    /// `within`; `None` when none comes in time or the process closed its stderr.
+    pub fn next_message_within(
+        &mut self,
+        message: &str,
+        within: std::time::Duration,
+    ) -> Option<serde_json::Value> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let v = self.lines.recv_timeout(left).ok()?;
+            self.seen.push(v.clone());
+            if v["message"] == message {
+                return Some(v);
+            }
+        }
+    }
+
     /// Reads the lines logged so far without waiting; whether one says `message`.
     pub fn has_logged(&mut self, message: &str) -> bool {
         while let Ok(v) = self.lines.try_recv() {
