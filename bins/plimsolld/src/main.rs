@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use plimsoll_daemon::env::ProcessEnv;
 use plimsoll_daemon::{config, Config, StartError};
+use tokio::signal::unix::Signal;
 
 const EXIT_HELP: &str = "\
 Exit codes:
@@ -98,8 +99,6 @@ struct Reload;
 /// signal that arrives before `recv` is kept for it). A SIGHUP during startup is taken as a
 /// reload once the daemon serves, never as the default action that would end it.
 struct Signals(Option<(Signal, Signal, Signal)>);
-
-use tokio::signal::unix::Signal;
 
 impl Signals {
     fn install() -> Signals {

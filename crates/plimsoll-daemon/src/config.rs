@@ -414,13 +414,24 @@ impl Config {
     }
 }
 
+/// Whether the callers file may name one caller only: grant profiles on a provider whose
+/// runs share one user, without the operator's trust-all statement. Checked at startup
+/// ([`shared_user_grants_check`]) and on every reload of the callers file.
+pub(crate) fn one_caller_only(
+    provider: &ProviderConfig,
+    grants: &plimsoll_grants::Grants,
+    trust_all_callers: bool,
+) -> bool {
+    provider.runs_share_one_user() && !grants.is_empty() && !trust_all_callers
+}
+
 /// Grants on a provider whose runs share one user (the process provider), with more than one
 /// caller, are refused unless the operator states they trust every caller. Such a tier has no
 /// wall: every run is a child of plimsolld under its user, so one run can read another's
 /// relay address and secret (from `/proc/<pid>/environ`, or its memory) and rewrite its files
 /// and grant client. A grant given to one caller would then be open to every caller that can
-/// run code. The callers file is read once at startup, so this check covers the daemon's
-/// whole life.
+/// run code. A reload of the callers file (SIGHUP) applies the same rule
+/// ([`one_caller_only`]), so this check covers the daemon's whole life.
 fn shared_user_grants_check(
     provider: &ProviderConfig,
     grants: &plimsoll_grants::Grants,
@@ -433,7 +444,7 @@ fn shared_user_grants_check(
         // Insecure mode has one caller, `anon`.
         CallerAuth::Insecure => 1,
     };
-    if !provider.runs_share_one_user() || grants.is_empty() || callers < 2 || trust_all_callers {
+    if callers < 2 || !one_caller_only(provider, grants, trust_all_callers) {
         return Ok(());
     }
     let file = clients_file.map_or_else(String::new, |p| format!(" ({})", p.display()));

@@ -537,9 +537,11 @@ pub async fn start_with(
         provider,
         sessions,
         auth: reload_auth,
-        one_caller_only: cfg.provider.runs_share_one_user()
-            && !cfg.grants.is_empty()
-            && !cfg.process_grants_trust_all_callers,
+        one_caller_only: crate::config::one_caller_only(
+            &cfg.provider,
+            &cfg.grants,
+            cfg.process_grants_trust_all_callers,
+        ),
         clients_file: cfg
             .clients_file
             .clone()
